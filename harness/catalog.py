@@ -1,0 +1,121 @@
+"""Find scenarios and read what they declare, without importing them.
+
+The harness's interpreter has neither torch nor transformers, and a scenario must not run in
+it: `REQUIRES` and `TIMEOUT` are module-level literals read with `ast.literal_eval`.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from harness.errors import BadInput
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    packages: tuple[tuple[str, str], ...] = ()  # (canonical name, specifier)
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    requires: Requirements = field(default_factory=Requirements)
+    timeout: float | None = None
+    doc: str = ""
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:12]
+
+
+def _literal(tree: ast.Module, name: str) -> Any:
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            assert isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+            return ast.literal_eval(node.value)
+    return None
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        raise BadInput(f"scenario {str(path)!r} cannot be read ({exc}); fix the file or pass another --scenario") from exc
+    try:
+        requires = _literal(tree, "REQUIRES") or {}
+        timeout = _literal(tree, "TIMEOUT")
+    except ValueError as exc:
+        raise BadInput(f"scenario {str(path)!r}: REQUIRES and TIMEOUT must be plain literals ({exc})") from exc
+    return Scenario(path.stem, path.resolve(), _parse_requires(path, requires), timeout, ast.get_docstring(tree) or "")
+
+
+def _parse_requires(path: Path, raw: Any) -> Requirements:
+    if not isinstance(raw, dict) or set(raw) - {"packages", "gpus"}:
+        raise BadInput(f"scenario {str(path)!r}: REQUIRES must be a dict with keys 'packages' and/or 'gpus'")
+    packages = []
+    for name, spec in (raw.get("packages") or {}).items():
+        try:
+            SpecifierSet(spec)
+        except (InvalidSpecifier, TypeError) as exc:
+            raise BadInput(f"scenario {str(path)!r}: REQUIRES packages {name!r}: invalid specifier {spec!r}; write e.g. '>=5.5'") from exc
+        packages.append((str(canonicalize_name(name)), spec))
+    gpus = raw.get("gpus", 0)
+    if not isinstance(gpus, int) or gpus < 0:
+        raise BadInput(f"scenario {str(path)!r}: REQUIRES gpus = {gpus!r} must be a non-negative integer")
+    return Requirements(tuple(packages), gpus)
+
+
+def available(directory: Path = SCENARIO_DIR) -> dict[str, Path]:
+    """Scenario files in a folder; names starting with `_` are helpers, not scenarios."""
+    return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
+
+
+def select(names: list[str], directory: Path = SCENARIO_DIR) -> list[Scenario]:
+    """Resolve names (from scenarios/) and paths (anywhere). Empty means all in the folder."""
+    known = available(directory)
+    if not names:
+        return [load_scenario(p) for p in known.values()]
+    chosen, unknown = [], []
+    for name in names:
+        path = Path(name)
+        if name.endswith(".py") or "/" in name:
+            if path.is_file():
+                chosen.append(load_scenario(path))
+            else:
+                unknown.append(name)
+        elif name in known:
+            chosen.append(load_scenario(known[name]))
+        else:
+            unknown.append(name)
+    if unknown:
+        raise BadInput(f"unknown scenario(s) {', '.join(map(repr, unknown))}; known: {', '.join(known) or 'none'} (or pass a path to a .py file)")
+    return chosen
+
+
+def applicability(scenario: Scenario, freeze: Mapping[str, str], gpus: int) -> str:
+    """"" if the cell can run the scenario, else the reason it cannot (-> not_applicable)."""
+    for name, spec in scenario.requires.packages:
+        installed = freeze.get(name)
+        if installed is None:
+            return f"needs {name}{spec}, which this cell does not have"
+        try:
+            version = Version(installed)
+        except InvalidVersion:
+            continue  # a git or path install: let the scenario decide
+        if version.public and Version(version.public) not in SpecifierSet(spec, prereleases=True):
+            return f"needs {name}{spec}; this cell has {installed}"
+    if gpus < scenario.requires.gpus:
+        return f"needs {scenario.requires.gpus} GPU(s); this runner has {gpus}"
+    return ""

@@ -1,0 +1,166 @@
+"""The harness's foot inside a cell: runs scenarios in the cell's own interpreter.
+
+Standard library only, and never imports the harness: it is executed as a file by the cell's
+Python, where only the libraries under test are installed.
+
+    python child.py run SCENARIO RESULT_JSON        one scenario, this process
+    python child.py serve [MODULE ...]              import MODULEs once, then fork per request
+
+`serve` reads one JSON request per line on stdin ({"scenario", "result", "output", "env"}),
+answers {"pid": N} as soon as the scenario's process exists (so the harness can kill its
+process group on timeout) and {"pid": N, "exit": code, "signal": sig} when it ends. Forking
+before anything touches CUDA keeps one torch import per cell instead of one per scenario.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import resource
+import runpy
+import signal
+import sys
+import traceback
+from typing import Any, Dict, List
+
+#: A scenario that writes more than this much output is stopped (SIGXFSZ -> crash): the disk
+#: of a shared runner is not the scenario's to fill.
+OUTPUT_LIMIT_BYTES = 256 * 2**20
+KIT_DIR_ENV = "HARNESS_KIT_DIR"
+STATUS_BY_CLASS = {
+    "ScenarioFailed": "fail",
+    "NotApplicable": "not_applicable",
+    "MemoryError": "oom",
+    "OutOfMemoryError": "oom",
+}
+
+
+def _write_json(path: str, data: Dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _classify(exc: BaseException) -> str:
+    for cls in type(exc).__mro__:
+        if cls.__name__ in STATUS_BY_CLASS:
+            return STATUS_BY_CLASS[cls.__name__]
+    return "error"
+
+
+def _frames(exc: BaseException) -> List[List[Any]]:
+    return [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)]
+
+
+def run_scenario(scenario: str, result: str) -> int:
+    """Run one scenario file as __main__ and write what happened to `result`."""
+    scenario = os.path.abspath(scenario)
+    # A segfault in native code then still leaves a Python stack in the output tail.
+    faulthandler.enable()
+    kit_dir = os.environ.get(KIT_DIR_ENV)
+    sys.argv = [scenario]
+    sys.path[0:0] = [os.path.dirname(scenario)] + ([kit_dir] if kit_dir else [])
+    record: Dict[str, Any] = {"status": "pass"}
+    code = 0
+    try:
+        runpy.run_path(scenario, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            record = {"status": "error", "exception_type": "SystemExit", "message": str(exc.code), "frames": _frames(exc)}
+            code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes an outcome
+        record = {
+            "status": _classify(exc),
+            "exception_type": type(exc).__module__ + "." + type(exc).__qualname__,
+            "message": str(exc),
+            "frames": _frames(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        }
+        code = 1
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _write_json(result, record)
+    return code
+
+
+def _redirect(output: str) -> None:
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _limit_output() -> None:
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
+    except (ValueError, OSError):
+        pass
+
+
+def _child(request: Dict[str, Any]) -> None:
+    """In the forked process: own session (so a timeout kills the whole group), own output."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _redirect(request["output"])
+        _limit_output()
+        os.environ.update(request.get("env", {}))
+        sys.stdin = open(os.devnull)
+        code = run_scenario(request["scenario"], request["result"])
+    finally:
+        os._exit(code)
+
+
+def _decode_status(status: int) -> Dict[str, Any]:
+    if os.WIFSIGNALED(status):
+        return {"exit": None, "signal": os.WTERMSIG(status)}
+    return {"exit": os.WEXITSTATUS(status), "signal": None}
+
+
+def serve(preload: List[str]) -> int:
+    # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
+    # library prints while importing (C level included) cannot corrupt the protocol.
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    imported = []
+    for module in preload:
+        try:
+            __import__(module)
+            imported.append(module)
+        except Exception:  # noqa: BLE001 - a cell without the module simply imports nothing
+            pass
+    answer.write(json.dumps({"ready": imported}) + "\n")
+    answer.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        answer.flush()
+        pid = os.fork()
+        if pid == 0:
+            answer.close()
+            _child(request)
+        answer.write(json.dumps({"pid": pid}) + "\n")
+        answer.flush()
+        _, status = os.waitpid(pid, 0)
+        answer.write(json.dumps(dict({"pid": pid}, **_decode_status(status))) + "\n")
+        answer.flush()
+    return 0
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "run":
+        _limit_output()
+        return run_scenario(argv[1], argv[2])
+    if argv and argv[0] == "serve":
+        return serve(argv[1:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,154 @@
+"""`harness`: a thin command line over the library. Errors become one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from harness import __version__
+from harness.catalog import select
+from harness.envs import EnvResult
+from harness.errors import EXIT_OK, HarnessError
+from harness.matrix import Cell, load_matrix
+from harness.outcome import Outcome
+from harness.store import Store
+from harness.summary import render
+
+DEFAULT_MATRIX = Path("matrix.toml")
+DEFAULT_DB = Path("results/compat.duckdb")
+
+
+class ProgressReporter:
+    """A rich progress bar with ETA over outcomes; one line per environment built."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+        )
+        self.task = self.progress.add_task("sweep", total=0)
+
+    def start(self, total: int) -> None:
+        self.progress.update(self.task, total=total)
+        self.progress.start()
+
+    def cell_started(self, cell: Cell) -> None:
+        self.progress.update(self.task, description=f"building {cell.id}")
+
+    def env_built(self, cell: Cell, env: EnvResult) -> None:
+        how = "reused" if env.reused else f"built in {env.seconds:.1f}s"
+        line = f"[bold]{cell.id}[/]: env {env.status} ({how})"
+        if not env.ready:
+            line += f": {env.message.splitlines()[-1] if env.message else ''}"
+        self.console.print(line)
+        self.progress.update(self.task, description=f"running {cell.id}")
+
+    def outcome(self, outcome: Outcome, cell: Cell) -> None:
+        self.progress.advance(self.task)
+
+    def finish(self) -> None:
+        self.progress.stop()
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
+    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
+    p.add_argument("--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)")
+    p.add_argument("--rerun", action="store_true", help="recompute outcomes already stored for this run (a new repeat is not created: use --run-id)")
+    p.add_argument("--model", default="", help="real checkpoint (hub id or path) for scenarios instead of the synthetic model")
+    p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
+    p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir, .nox)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
+    p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
+
+
+def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    from harness.sweep import Sweep, SweepOptions, plan
+
+    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.rerun, args.model, args.adapter, args.device, args.env_root)
+    sweep_plan = plan(options)  # validates everything; nothing is written before this returns
+    with Store(args.db) as store:
+        reporter = None if args.no_progress or args.json else ProgressReporter(console)
+        if not args.json:
+            console.print(f"run [bold]{sweep_plan.run_id}[/]: {len(sweep_plan.cells)} cell(s) × {len(sweep_plan.scenarios)} scenario(s) -> {args.db}")
+        sweep = Sweep(sweep_plan, store, reporter)
+        produced = sweep.run()
+        rows = [r for r in store.outcomes(sweep_plan.run_id) if r["cell_id"] in {c.id for c in sweep_plan.cells}]
+    if args.json:
+        for outcome in produced:
+            print(json.dumps(outcome.serialize(), default=str))
+        return EXIT_OK
+    console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
+    render(rows, console, title=f"run {sweep_plan.run_id}")
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace, console: Console) -> int:
+    from harness.candidates import resolve_matrix
+
+    resolved = resolve_matrix(load_matrix(args.matrix))
+    for cell in resolved.cells:
+        print(cell.id if not args.verbose else f"{cell.id}\t{cell}")
+    return EXIT_OK
+
+
+def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
+    for scenario in select([]):
+        needs = ", ".join(f"{n}{s}" for n, s in scenario.requires.packages)
+        gpus = f", {scenario.requires.gpus} GPU" if scenario.requires.gpus else ""
+        first = scenario.doc.splitlines()[0] if scenario.doc else ""
+        print(f"{scenario.name}\t{needs}{gpus}\t{first}")
+    return EXIT_OK
+
+
+def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    with Store(args.db, read_only=True) as store:
+        rows = store.outcomes(args.run_id or None)
+    render(rows, console, title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harness", description="Version-matrix compatibility harness for torch, transformers, accelerate, peft and bitsandbytes.")
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_sweep(sub)
+    p = sub.add_parser("list", help="list the matrix's cells (one id per line)")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    p.add_argument("--verbose", "-v", action="store_true", help="also print each cell's versions")
+    sub.add_parser("scenarios", help="list the scenarios in scenarios/ with what they require")
+    p = sub.add_parser("summary", help="print the outcome table of a results file")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--run-id", default="", help="only this run")
+    return parser
+
+
+COMMANDS = {"sweep": _cmd_sweep, "list": _cmd_list, "scenarios": _cmd_scenarios, "summary": _cmd_summary}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except HarnessError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

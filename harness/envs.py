@@ -1,0 +1,260 @@
+"""Build one virtualenv per cell: nox's uv backend creates it, uv resolves and installs the pins.
+
+One path serves sweep, bisect and the nox sessions. A build has three steps, each with its
+own failure status, as nox keeps "interpreter not found" apart from "command failed":
+
+1. resolve  (`uv pip compile`): pins that do not resolve  -> `unresolvable`, resolver's words kept
+2. install  (`uv pip sync` of the resolved set): a failure -> `install_failed`
+3. freeze   (`uv pip freeze`): the exact set, stored with every outcome
+
+Environments are content-addressed (python + requirements + index settings), so a rebuilt
+cell with a warm cache reuses its env, and uv's cache makes a cold rebuild a matter of links.
+`inherit` candidates come from the base interpreter: a `.pth` file names its site-packages
+(a `--system-site-packages` venv cannot see through a base that is itself a virtualenv), and
+a metadata-only stub wheel tells the resolver the inherited version is already there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from harness.matrix import Cell, Settings
+
+MARKER = "harness-env.json"
+ENV_FORMAT = 1
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class EnvRequest:
+    """Everything that decides an environment's contents; its hash names the env."""
+
+    python: str
+    requirements: list[str]
+    inherit: list[str] = field(default_factory=list)
+    index_url: str = ""
+    extra_index_urls: list[str] = field(default_factory=list)
+    find_links: list[str] = field(default_factory=list)
+    no_index: bool = False
+    exclude_newer: str = ""  # RFC 3339 moment, or ""
+
+    def key(self) -> str:
+        payload = json.dumps({**asdict(self), "format": ENV_FORMAT}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+@dataclass
+class EnvResult:
+    status: str  # ready | unresolvable | install_failed
+    location: Path
+    python: str = ""
+    freeze: dict[str, str] = field(default_factory=dict)
+    inherited: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    seconds: float = 0.0
+    reused: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise FileNotFoundError("uv is not installed; pip install uv") from None
+        return found
+
+
+def request_for(cell: Cell, settings: Settings, find_links: list[str], exclude_newer: datetime | None = None) -> EnvRequest:
+    requirements = [c.requirement() for c in cell.candidates if c.kind != "inherit"]
+    requirements += settings.extra_requirements
+    moment = ""
+    if exclude_newer is not None:
+        # Period-correct: the world as it was the day after the newest pinned release.
+        moment = (exclude_newer + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    elif settings.exclude_newer not in ("", "period"):
+        moment = settings.exclude_newer
+    return EnvRequest(
+        python=cell.python,
+        requirements=requirements,
+        inherit=[c.package for c in cell.candidates if c.kind == "inherit"],
+        index_url=settings.index_url,
+        extra_index_urls=list(settings.extra_index_urls),
+        find_links=list(find_links),
+        no_index=settings.no_index,
+        exclude_newer=moment,
+    )
+
+
+def env_location(env_root: Path, cell: Cell, request: EnvRequest) -> Path:
+    slug = re.sub(r"[^\w.-]+", "-", cell.id)[:48].strip("-")
+    return env_root / f"{slug}-{request.key()}"
+
+
+def _index_args(request: EnvRequest, extra_find_links: list[str]) -> list[str]:
+    args: list[str] = []
+    if request.no_index:
+        args.append("--no-index")
+    if request.index_url:
+        args += ["--default-index", request.index_url]
+    for url in request.extra_index_urls:
+        args += ["--index", url]
+    for folder in [*request.find_links, *extra_find_links]:
+        args += ["--find-links", folder]
+    if request.exclude_newer:
+        args += ["--exclude-newer", request.exclude_newer]
+    return args
+
+
+def _run(cmd: list[str], stdin: str | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _clean(text: str) -> str:
+    return _ANSI.sub("", text).strip()
+
+
+def _python_in(location: Path) -> Path:
+    return location / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def _read_marker(location: Path, key: str) -> dict | None:
+    try:
+        data = json.loads((location / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("key") != key or not _python_in(location).exists():
+        return None
+    return data
+
+
+def _create_venv(location: Path, python: str) -> None:
+    """nox's uv backend creates the env (the same code path a nox session takes)."""
+    from nox.virtualenv import VirtualEnv
+
+    venv = VirtualEnv(str(location), interpreter=python, reuse_existing=False, venv_backend="uv", download_python="never")
+    venv.create()
+
+
+def _site_packages(python: str) -> list[str]:
+    code = "import json, sysconfig; print(json.dumps(sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})))"
+    proc = _run([python, "-c", code])
+    return json.loads(proc.stdout) if proc.returncode == 0 else []
+
+
+def _base_versions(python: str, packages: list[str]) -> dict[str, str]:
+    code = (
+        "import json, sys, importlib.metadata as m\n"
+        "out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    proc = _run([python, "-c", code, *packages])
+    return json.loads(proc.stdout) if proc.returncode == 0 else {}
+
+
+def _stub_wheel(folder: Path, package: str, version: str) -> None:
+    """A metadata-only wheel: the resolver sees `package==version` as installable and installed."""
+    dist = re.sub(r"[-_.]+", "_", package)
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\nSummary: inherited from the base interpreter by the compatibility harness\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: compat-harness\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{dist}-{version}-py3-none-any.whl", "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"{info}/RECORD", record)
+
+
+def _inherit(location: Path, request: EnvRequest, stub_dir: Path) -> tuple[dict[str, str], list[str], str]:
+    """Link the base's site-packages in and stub the inherited dists; returns (versions, pins, error)."""
+    base_python = request.python if os.path.sep in request.python else (shutil.which(f"python{request.python}") or shutil.which(request.python) or request.python)
+    versions = _base_versions(base_python, request.inherit)
+    missing = [p for p in request.inherit if p not in versions]
+    if missing:
+        return versions, [], f"inherit: the base interpreter {base_python} has no {', '.join(missing)}"
+    env_site = _site_packages(str(_python_in(location)))
+    base_site = [p for p in _site_packages(base_python) if p not in env_site]
+    if env_site:
+        # .pth lines are appended after the env's own site-packages: the env's packages win.
+        Path(env_site[0], "_harness_inherit.pth").write_text("\n".join(base_site) + "\n")
+    for package, version in versions.items():
+        _stub_wheel(stub_dir, package, version)
+    return versions, [f"{p}=={v}" for p, v in versions.items()], ""
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """`name==1.0` / `name @ git+https://…@sha` lines -> {name: version-or-url}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if " @ " in line:
+            name, url = line.split(" @ ", 1)
+            out[name.strip().lower()] = url.strip()
+        elif "==" in line:
+            name, version = line.split("==", 1)
+            out[name.strip().lower()] = version.strip()
+    return out
+
+
+def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[str], exclude_newer: datetime | None = None) -> EnvResult:
+    """Build (or reuse) the env for one cell. Never raises for a cell's own problems."""
+    started = time.monotonic()
+    request = request_for(cell, settings, find_links, exclude_newer)
+    location = env_location(env_root, cell, request)
+    marker = _read_marker(location, request.key())
+    if marker is not None:
+        return EnvResult("ready", location, str(_python_in(location)), marker["freeze"], marker.get("inherited", {}),
+                         seconds=time.monotonic() - started, reused=True)
+    uv = uv_binary()
+    env_root.mkdir(parents=True, exist_ok=True)
+    try:
+        _create_venv(location, request.python)
+    except Exception as exc:  # noqa: BLE001 - nox raises its own errors for missing interpreters
+        return EnvResult("install_failed", location, message=f"cannot create the virtualenv with python {request.python!r}: {exc}",
+                         seconds=time.monotonic() - started)
+    python = str(_python_in(location))
+    with tempfile.TemporaryDirectory(prefix="harness-stubs-") as stubs:
+        inherited, pins, error = _inherit(location, request, Path(stubs)) if request.inherit else ({}, [], "")
+        if error:
+            return EnvResult("install_failed", location, python, inherited=inherited, message=error, seconds=time.monotonic() - started)
+        extra_links = [stubs] if request.inherit else []
+        index_args = _index_args(request, extra_links)
+        compiled = _run([uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", *index_args],
+                        stdin="\n".join(request.requirements + pins) + "\n")
+        if compiled.returncode != 0:
+            return EnvResult("unresolvable", location, python, inherited=inherited, message=_clean(compiled.stderr), seconds=time.monotonic() - started)
+        lock = location / "harness-requirements.txt"
+        lock.write_text(compiled.stdout)
+        synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *index_args])
+        if synced.returncode != 0:
+            return EnvResult("install_failed", location, python, inherited=inherited, message=_clean(synced.stderr), seconds=time.monotonic() - started)
+    frozen = _run([uv, "pip", "freeze", "--python", python])
+    freeze = parse_freeze(frozen.stdout)
+    (location / MARKER).write_text(json.dumps({"key": request.key(), "freeze": freeze, "inherited": inherited, "request": asdict(request)}))
+    return EnvResult("ready", location, python, freeze, inherited, seconds=time.monotonic() - started)

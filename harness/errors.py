@@ -1,0 +1,38 @@
+"""One error base for the harness; `main()` turns each into one line and an exit code."""
+
+from __future__ import annotations
+
+#: Exit codes. Bad input is 2 (nothing was written); a run that could not finish is 1.
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class HarnessError(Exception):
+    """Base class. The message is one line that names the bad value and the fix."""
+
+    exit_code = EXIT_RUN_FAILED
+
+
+class BadInput(HarnessError, ValueError):
+    """The user's input (matrix file, flags, paths) is wrong; nothing has been written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class MatrixError(BadInput):
+    """A matrix file with one or more mistakes; all of them are reported at once."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        joined = "; ".join(problems)
+        super().__init__(f"{source}: {len(problems)} problem(s): {joined}")
+
+
+class StoreError(BadInput):
+    """The results database path is unusable (not writable, not a DuckDB file)."""
+
+
+class RunFailed(HarnessError):
+    """The harness itself could not complete (not a scenario failing: that is an outcome)."""

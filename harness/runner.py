@@ -1,0 +1,247 @@
+"""Run scenarios inside a cell's interpreter, one isolated process each.
+
+Two isolation modes share one child (`child.py`):
+- `fork`: a server per cell imports torch and transformers once, then forks per scenario
+  before anything touches CUDA; each scenario still gets its own process and process group.
+- `process`: a fresh interpreter per scenario.
+Either way a segfault, `os._exit`, a hang, MemoryError or a 50 MB flood of output ends as one
+outcome, and a timeout kills the scenario's whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+CHILD = Path(__file__).with_name("child.py")
+KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+OUTPUT_TAIL_BYTES = 16 * 1024
+SERVER_START_TIMEOUT = 600.0
+KILL_GRACE_SECONDS = 3.0
+
+
+@dataclass
+class RawRun:
+    """What a scenario process left behind, before interpretation."""
+
+    record: dict[str, Any] | None  # the child's result JSON, if it got to write one
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    seconds: float
+    output_tail: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return (f"[... {size - limit} earlier bytes dropped ...]\n" + text) if size > limit else text
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _group_exists(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
+    """TERM the process group, give it a grace period, then KILL whatever is left.
+
+    `alive` tells whether the leader still runs: our own unreaped child would otherwise look
+    alive to `killpg(pid, 0)` as a zombie. The final KILL goes to the group regardless, so
+    grandchildren that outlive the leader do not linger.
+    """
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    still_running = alive or (lambda: _group_exists(pid))
+    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    while time.monotonic() < deadline and still_running():
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class CellRunner:
+    """Runs scenarios for one cell. Use as a context manager."""
+
+    def __init__(
+        self,
+        python: str,
+        *,
+        isolation: str = "fork",
+        preload: list[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+    ) -> None:
+        self.python = python
+        self.isolation = isolation
+        self.preload = preload or []
+        self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
+        self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
+        self.tmp = Path(self._tmp.name)
+        self._server: subprocess.Popen[bytes] | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._buffer = b""
+        self.server_start_seconds = 0.0
+        self.preloaded: list[str] = []
+
+    def __enter__(self) -> CellRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop_server()
+        self._tmp.cleanup()
+
+    # -- fork server -------------------------------------------------------------------
+    def _start_server(self) -> None:
+        started = time.monotonic()
+        self._server_log = (self.tmp / "server.log").open("w")
+        self._server = subprocess.Popen(
+            [self.python, str(CHILD), "serve", *self.preload],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._server_log,
+            env=self.env, start_new_session=True, cwd=self.tmp,
+        )
+        assert self._server.stdout is not None
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server.stdout, selectors.EVENT_READ)
+        self._buffer = b""
+        ready = self._read_line(SERVER_START_TIMEOUT)
+        if ready is None or "ready" not in ready:
+            self._stop_server()
+            raise RuntimeError(f"the fork server did not start: {_tail(self.tmp / 'server.log', 2000)}")
+        self.preloaded = list(ready["ready"])
+        self.server_start_seconds = time.monotonic() - started
+
+    def _stop_server(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        if self._selector:
+            self._selector.close()
+            self._selector = None
+        try:
+            if server.stdin:
+                server.stdin.close()
+            server.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            kill_group(server.pid)
+            server.wait()
+        if server.stdout:
+            server.stdout.close()
+        self._server_log.close()
+
+    def _read_line(self, timeout: float) -> dict[str, Any] | None:
+        """Next JSON line from the server, or None on timeout or EOF."""
+        assert self._server is not None and self._server.stdout is not None and self._selector
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if not self._selector.select(remaining):
+                continue
+            chunk = os.read(self._server.stdout.fileno(), 65536)
+            if not chunk:
+                return None  # EOF: the server died
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        return data if isinstance(data, dict) else self._read_line(max(0.0, deadline - time.monotonic()))
+
+    def _run_forked(self, request: dict[str, Any], timeout: float) -> tuple[int | None, int | None, bool]:
+        if self._server is None or self._server.poll() is not None:
+            self._start_server()
+        assert self._server is not None and self._server.stdin is not None
+        self._server.stdin.write((json.dumps(request) + "\n").encode())
+        self._server.stdin.flush()
+        hello = self._read_line(60)
+        if hello is None or "pid" not in hello:
+            self._stop_server()
+            return None, signal.SIGKILL, False
+        answer = self._read_line(timeout)
+        if answer is None:
+            kill_group(hello["pid"])
+            answer = self._read_line(30)
+            if answer is None:
+                self._stop_server()
+            return None, None, True
+        return answer.get("exit"), answer.get("signal"), False
+
+    # -- fresh process -------------------------------------------------------------------
+    def _run_process(self, request: dict[str, Any], timeout: float) -> tuple[int | None, int | None, bool]:
+        env = {**self.env, **request["env"]}
+        with open(request["output"], "wb") as out:
+            proc = subprocess.Popen(
+                [self.python, str(CHILD), "run", request["scenario"], request["result"]],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, cwd=self.tmp,
+            )
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid, alive=lambda: proc.poll() is None)
+                proc.wait()
+                return None, None, True
+        if code < 0:
+            return None, -code, False
+        return code, None, False
+
+    def run(self, scenario: Path, timeout: float, env: Mapping[str, str] | None = None) -> RawRun:
+        slot = tempfile.mkdtemp(dir=self.tmp)
+        result, output, metrics = Path(slot, "result.json"), Path(slot, "output.log"), Path(slot, "metrics.json")
+        request = {
+            "scenario": str(scenario.resolve()),
+            "result": str(result),
+            "output": str(output),
+            "env": {**(env or {}), "HARNESS_METRICS": str(metrics)},
+        }
+        started = time.monotonic()
+        runner = self._run_forked if self.isolation == "fork" else self._run_process
+        exit_code, sig, timed_out = runner(request, timeout)
+        seconds = time.monotonic() - started
+        return RawRun(
+            record=_read_json(result),
+            exit_code=exit_code,
+            signal=sig,
+            timed_out=timed_out,
+            seconds=seconds,
+            output_tail=_tail(output),
+            metrics=_read_json(metrics) or {},
+        )
+

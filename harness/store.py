@@ -1,0 +1,243 @@
+"""The results store: DuckDB, named migrations, append-only outcomes. All SQL lives here.
+
+Outcomes are keyed by (run, cell, scenario, repeat) and only ever inserted; each insert is its
+own transaction, so a sweep killed at any moment leaves whole rows or none, and a rerun fills
+in exactly the missing keys. Users query the view `outcomes_v` (documented in docs/store.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import duckdb
+
+from harness.errors import StoreError
+from harness.outcome import Outcome
+
+AXIS_COLUMNS = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "0001_initial",
+        """
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            started_at TIMESTAMP NOT NULL,
+            matrix_path TEXT,
+            matrix_text TEXT,
+            settings JSON,
+            harness_version TEXT,
+            host JSON
+        );
+        CREATE TABLE cells (
+            run_id TEXT NOT NULL,
+            cell_id TEXT NOT NULL,
+            python TEXT,
+            versions JSON,          -- axis -> requested version / git URL / "inherit"
+            requirements JSON,      -- what was handed to the resolver
+            installed JSON,         -- package -> exact installed version or URL (uv pip freeze)
+            inherited JSON,         -- package -> version taken from the base interpreter
+            git_commits JSON,       -- package -> commit for git and path candidates
+            env_status TEXT,        -- ready | unresolvable | install_failed
+            env_message TEXT,
+            env_seconds DOUBLE,
+            env_reused BOOLEAN,
+            built_at TIMESTAMP,
+            PRIMARY KEY (run_id, cell_id)
+        );
+        CREATE TABLE outcomes (
+            run_id TEXT NOT NULL,
+            cell_id TEXT NOT NULL,
+            scenario TEXT NOT NULL,
+            repeat INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            message TEXT,
+            signature TEXT,
+            signature_family TEXT,
+            blamed_library TEXT,
+            exception_type TEXT,
+            traceback TEXT,
+            output_tail TEXT,
+            seconds DOUBLE,
+            metrics JSON,
+            started_at TIMESTAMP,
+            PRIMARY KEY (run_id, cell_id, scenario, repeat)
+        );
+        """,
+    ),
+    (
+        "0002_outcomes_view",
+        """
+        CREATE OR REPLACE VIEW outcomes_v AS
+        SELECT
+            o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
+            o.signature, o.signature_family, o.blamed_library, o.exception_type, o.message,
+            COALESCE(c.installed->>'torch', c.versions->>'torch') AS torch,
+            COALESCE(c.installed->>'transformers', c.versions->>'transformers') AS transformers,
+            COALESCE(c.installed->>'accelerate', c.versions->>'accelerate') AS accelerate,
+            COALESCE(c.installed->>'peft', c.versions->>'peft') AS peft,
+            COALESCE(c.installed->>'bitsandbytes', c.versions->>'bitsandbytes') AS bitsandbytes,
+            c.versions, c.installed, c.git_commits, c.inherited, c.python,
+            r.host->>'platform' AS platform,
+            r.host->>'gpu' AS gpu,
+            o.seconds, c.env_seconds, o.metrics, o.started_at
+        FROM outcomes o
+        LEFT JOIN cells c USING (run_id, cell_id)
+        LEFT JOIN runs r USING (run_id);
+        """,
+    ),
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # naive UTC: TIMESTAMPTZ would need pytz
+
+
+@dataclass
+class CellRecord:
+    run_id: str
+    cell_id: str
+    python: str
+    versions: dict[str, str]
+    requirements: list[str]
+    freeze: dict[str, str]
+    inherited: dict[str, str]
+    git_commits: dict[str, str]
+    env_status: str
+    env_message: str
+    env_seconds: float
+    env_reused: bool
+
+
+class Store:
+    """One DuckDB file. Open read-only for the dashboard and for queries."""
+
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self.con = self._connect()
+        if not read_only:
+            self.migrate()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.path != ":memory:":
+            target = Path(self.path)
+            if target.is_dir():
+                raise StoreError(f"database path {self.path!r} is a directory; pass --db path/to/results.duckdb")
+            if self.read_only and not target.exists():
+                raise StoreError(f"database {self.path!r} does not exist; run a sweep first or pass --db with an existing file")
+            parent = target.parent if str(target.parent) else Path(".")
+            if not self.read_only and not target.exists() and not parent.is_dir():
+                raise StoreError(f"cannot create database {self.path!r}: folder {str(parent)!r} does not exist; create it or pass --db with another path")
+            if not self.read_only and not target.exists() and not os.access(parent, os.W_OK):
+                raise StoreError(f"cannot create database {self.path!r}: {target.parent} is not writable; pass --db with a writable path")
+        try:
+            return duckdb.connect(self.path, read_only=self.read_only)
+        except (duckdb.IOException, duckdb.InvalidInputException, duckdb.SerializationException) as exc:
+            first = str(exc).splitlines()[0]
+            raise StoreError(f"cannot open {self.path!r} as a DuckDB database ({first}); pass --db with a .duckdb file the harness created, or a new path") from exc
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ---------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        self.con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)")
+        done = {row[0] for row in self.con.execute("SELECT name FROM schema_migrations").fetchall()}
+        applied = []
+        for name, sql in MIGRATIONS:
+            if name in done:
+                continue
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [name, _now()])
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
+            applied.append(name)
+        return applied
+
+    def applied_migrations(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
+
+    # -- writes ---------------------------------------------------------------------------
+    def ensure_run(self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]) -> None:
+        self.con.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [run_id, _now(), matrix_path, matrix_text, json.dumps(settings), harness_version, json.dumps(host)],
+        )
+
+    def record_cell(self, rec: CellRecord) -> None:
+        """Latest environment facts for a cell in a run (a rebuild replaces them)."""
+        self.con.execute(
+            "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [rec.run_id, rec.cell_id, rec.python, json.dumps(rec.versions), json.dumps(rec.requirements),
+             json.dumps(rec.freeze), json.dumps(rec.inherited), json.dumps(rec.git_commits), rec.env_status,
+             rec.env_message, rec.env_seconds, rec.env_reused, _now()],
+        )
+
+    def add_outcome(self, outcome: Outcome) -> bool:
+        """Insert one outcome; False if its key is already stored (append-only: never overwritten)."""
+        d = outcome.serialize()
+        before = self.con.execute(
+            "SELECT count(*) FROM outcomes WHERE run_id=? AND cell_id=? AND scenario=? AND repeat=?",
+            [d["run_id"], d["cell_id"], d["scenario"], d["repeat"]],
+        ).fetchone()
+        if before and before[0]:
+            return False
+        self.con.execute(
+            "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [d["run_id"], d["cell_id"], d["scenario"], d["repeat"], d["status"], d["message"], d["signature"],
+             d["signature_family"], d["blamed_library"], d["exception_type"], d["traceback"], d["output_tail"],
+             d["seconds"], json.dumps(d["metrics"]), d["started_at"] or _now()],
+        )
+        return True
+
+    # -- reads ----------------------------------------------------------------------------
+    def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:
+        rows = self.con.execute("SELECT cell_id, scenario, repeat FROM outcomes WHERE run_id = ?", [run_id]).fetchall()
+        return {(r[0], r[1], int(r[2])) for r in rows}
+
+    def outcomes(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM outcomes_v"
+        params: list[Any] = []
+        if run_id:
+            sql += " WHERE run_id = ?"
+            params.append(run_id)
+        sql += " ORDER BY cell_id, scenario, repeat"
+        return self._dicts(sql, params)
+
+    def cell(self, run_id: str, cell_id: str) -> dict[str, Any] | None:
+        rows = self._dicts("SELECT * FROM cells WHERE run_id = ? AND cell_id = ?", [run_id, cell_id])
+        return rows[0] if rows else None
+
+    def count(self, table: str = "outcomes") -> int:
+        if table not in ("outcomes", "cells", "runs"):
+            raise ValueError(table)
+        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - table is checked
+        return int(row[0]) if row else 0
+
+    def duplicate_keys(self) -> int:
+        row = self.con.execute(
+            "SELECT count(*) FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+

@@ -1,0 +1,220 @@
+"""A sweep: every cell's env, every scenario in it, every outcome into the store.
+
+The steps are small and separate (as nox's workflow is): plan (validate everything, write
+nothing), then per cell build → check applicability → run → interpret → store. Outcomes
+already stored for the run are not recomputed, so a killed sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Protocol
+
+from harness import __version__, hostinfo
+from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
+from harness.catalog import Scenario, applicability, select
+from harness.envs import EnvResult, build_env
+from harness.errors import BadInput
+from harness.matrix import Cell, MatrixSpec, load_matrix
+from harness.outcome import Outcome, Status
+from harness.runner import CellRunner
+from harness.secrets import mask, secret_values
+from harness.signature import status_signature
+from harness.store import CellRecord, Store
+from harness.verdict import interpret
+
+
+@dataclass
+class SweepOptions:
+    matrix: Path
+    db: Path
+    cells: list[str] = field(default_factory=list)  # only these cell ids
+    scenarios: list[str] = field(default_factory=list)  # names or paths; overrides the matrix
+    run_id: str = ""
+    rerun: bool = False  # recompute outcomes already stored for this run
+    model: str = ""
+    adapter: str = ""
+    device: str = ""
+    env_root: Path | None = None
+
+
+@dataclass
+class SweepPlan:
+    options: SweepOptions
+    spec: MatrixSpec
+    resolved: ResolvedMatrix
+    index: PackageIndex
+    scenarios: list[Scenario]
+    cells: list[Cell]
+    run_id: str
+    matrix_text: str
+
+
+class Reporter(Protocol):
+    def start(self, total: int) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def outcome(self, outcome: Outcome, cell: Cell) -> None: ...
+    def finish(self) -> None: ...
+
+
+class SilentReporter:
+    def start(self, total: int) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def outcome(self, outcome: Outcome, cell: Cell) -> None: ...
+    def finish(self) -> None: ...
+
+
+def default_run_id(matrix_text: str, scenarios: list[Scenario]) -> str:
+    """Same matrix and same scenario files -> same run, so a rerun resumes it."""
+    h = hashlib.sha256(matrix_text.encode())
+    for scenario in sorted(scenarios, key=lambda s: s.name):
+        h.update(f"{scenario.name}:{scenario.digest()}".encode())
+    h.update(__version__.encode())
+    return "r-" + h.hexdigest()[:10]
+
+
+def plan(options: SweepOptions) -> SweepPlan:
+    """Validate everything a sweep needs before anything is written."""
+    spec = load_matrix(options.matrix)
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index)
+    scenarios = select(options.scenarios or spec.settings.scenarios)
+    cells = resolved.cells
+    if options.cells:
+        known = {c.id: c for c in cells}
+        unknown = [c for c in options.cells if c not in known]
+        if unknown:
+            raise BadInput(f"unknown cell id(s) {', '.join(map(repr, unknown))}; list them with `harness list --matrix {options.matrix}`")
+        cells = [known[c] for c in options.cells]
+    text = options.matrix.read_text()
+    run_id = options.run_id or default_run_id(text, scenarios)
+    return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+
+
+def _scenario_env(options: SweepOptions) -> dict[str, str]:
+    env = {}
+    if options.model:
+        env["HARNESS_MODEL"] = options.model
+    if options.adapter:
+        env["HARNESS_ADAPTER"] = options.adapter
+    if options.device:
+        env["HARNESS_DEVICE"] = options.device
+    return env
+
+
+def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str], secrets: list[str]) -> CellRecord:
+    commits = {c.package: c.commit for c in cell.candidates if c.commit}
+    return CellRecord(run_id, cell.id, cell.python, cell.as_dict(), requirements, env.freeze, env.inherited, commits,
+                      env.status, mask(env.message, secrets), env.seconds, env.reused)
+
+
+class Sweep:
+    def __init__(self, plan: SweepPlan, store: Store, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan = plan
+        self.store = store
+        self.reporter = reporter or SilentReporter()
+        self.secrets = secret_values(os.environ)
+        self.host = hostinfo.describe()
+        self.settings = plan.spec.settings
+        self.env_root = (plan.options.env_root or Path(self.settings.env_dir)).resolve()
+        self.find_links = expand_find_links(self.settings.find_links)
+        self.libraries = tuple(plan.resolved.axes)
+        self.timing = {"env_seconds": 0.0, "scenario_seconds": 0.0, "server_start_seconds": 0.0}
+
+    def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
+        return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
+
+    def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> list[tuple[Scenario, int]]:
+        if self.plan.options.rerun:
+            return self.keys_for(cell)
+        return [(s, r) for s, r in self.keys_for(cell) if (cell.id, s.name, r) not in done]
+
+    def run(self) -> list[Outcome]:
+        p = self.plan
+        self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, _settings_dict(self.settings), __version__, self.host)
+        done = set() if p.options.rerun else self.store.done_keys(p.run_id)
+        work = [(cell, self.todo(cell, done)) for cell in p.cells]
+        self.reporter.start(sum(len(t) for _, t in work))
+        produced: list[Outcome] = []
+        for cell, todo in work:
+            if todo:
+                produced += self.run_cell(cell, todo)
+        self.reporter.finish()
+        return produced
+
+    def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]]) -> list[Outcome]:
+        self.reporter.cell_started(cell)
+        moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
+        env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
+        self.timing["env_seconds"] += env.seconds
+        requirements = [c.requirement() for c in cell.candidates]
+        self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
+        self.reporter.env_built(cell, env)
+        if not env.ready:
+            return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in todo]
+        outcomes = []
+        with CellRunner(env.python, isolation=self.settings.isolation, preload=self.settings.preload) as runner:
+            for scenario, repeat in todo:
+                outcomes.append(self._emit(self._run_one(runner, cell, scenario, repeat, env), cell))
+            self.timing["server_start_seconds"] += runner.server_start_seconds
+        return outcomes
+
+    def _emit(self, outcome: Outcome, cell: Cell) -> Outcome:
+        self.store.add_outcome(outcome)
+        self.reporter.outcome(outcome, cell)
+        return outcome
+
+    def _base(self, cell: Cell, scenario: Scenario, repeat: int, status: Status) -> Outcome:
+        return Outcome(self.plan.run_id, cell.id, scenario.name, repeat, status, started_at=datetime.now(timezone.utc).replace(tzinfo=None).isoformat())
+
+    def _env_outcome(self, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult) -> Outcome:
+        outcome = self._base(cell, scenario, repeat, Status(env.status))
+        outcome.message = mask(env.message, self.secrets)
+        sig = status_signature(env.status, _first_cause(env.message))
+        outcome.signature, outcome.signature_family = sig.text, sig.family
+        return outcome
+
+    def _run_one(self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult) -> Outcome:
+        reason = applicability(scenario, env.freeze, int(self.host.get("gpu_count", 0)))
+        if reason:
+            outcome = self._base(cell, scenario, repeat, Status.NOT_APPLICABLE)
+            outcome.message = reason
+            return outcome
+        timeout = float(scenario.timeout or self.settings.timeout)
+        raw = runner.run(scenario.path, timeout, _scenario_env(self.plan.options))
+        self.timing["scenario_seconds"] += raw.seconds
+        verdict = interpret(raw, timeout, self.libraries)
+        outcome = self._base(cell, scenario, repeat, verdict.status)
+        outcome.message = mask(verdict.message, self.secrets)[:2000]
+        if verdict.signature:
+            outcome.signature = mask(verdict.signature.text, self.secrets)
+            outcome.signature_family = verdict.signature.family
+            outcome.blamed_library = verdict.signature.library
+        outcome.exception_type = verdict.exception_type
+        outcome.traceback = mask(verdict.traceback, self.secrets)
+        outcome.output_tail = mask(raw.output_tail, self.secrets)
+        outcome.seconds = raw.seconds
+        outcome.metrics = raw.metrics
+        return outcome
+
+
+def _first_cause(message: str) -> str:
+    """The resolver's first line of reasoning names the conflict; keep it as the signature detail."""
+    for line in message.splitlines():
+        line = line.strip()
+        if line.startswith("cause:") or line.startswith("Because"):
+            return line.removeprefix("cause:").strip()[:200]
+    return message.strip().splitlines()[0][:200] if message.strip() else ""
+
+
+def _settings_dict(settings: object) -> dict[str, object]:
+    from dataclasses import asdict
+
+    return asdict(settings)  # type: ignore[call-overload]

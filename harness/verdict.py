@@ -1,0 +1,77 @@
+"""From what a scenario process left behind to a status, a message and a signature. Pure."""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from harness.outcome import Status
+from harness.runner import RawRun
+from harness.signature import DEFAULT_LIBRARIES, Frame, Signature, make_signature, parse_traceback, status_signature
+
+_SIGXFSZ = getattr(signals, "SIGXFSZ", 25)
+
+
+@dataclass
+class Verdict:
+    status: Status
+    message: str
+    signature: Signature | None
+    exception_type: str = ""
+    traceback: str = ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _frames(record: dict[str, Any]) -> list[Frame]:
+    return [Frame(str(f[0]), int(f[1]), str(f[2])) for f in record.get("frames") or []]
+
+
+def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> Verdict:
+    libs = tuple(libraries)
+    if raw.timed_out:
+        return Verdict(Status.TIMEOUT, f"no result after {timeout:g}s; the process group was killed", status_signature("timeout"))
+    record = raw.record
+    if record is not None:
+        status = Status(record.get("status", "error"))
+        if status == Status.PASS:
+            return Verdict(Status.PASS, "", None)
+        exc_type = str(record.get("exception_type", ""))
+        message = str(record.get("message", ""))
+        short = exc_type.rsplit(".", 1)[-1]
+        if status == Status.NOT_APPLICABLE:
+            return Verdict(status, message, None, short)
+        sig = make_signature(short, message, _frames(record), libs)
+        return Verdict(status, f"{short}: {message}".strip(), sig, short, str(record.get("traceback", "")))
+    if raw.signal is not None:
+        name = _signal_name(raw.signal)
+        if raw.signal == _SIGXFSZ:
+            return Verdict(Status.CRASH, "output exceeded the harness's limit; the scenario was stopped", status_signature("crash", name))
+        return Verdict(Status.CRASH, f"killed by {name}", _crash_signature(name, raw.output_tail, libs))
+    if raw.exit_code not in (0, None):
+        parsed = parse_traceback(raw.output_tail)
+        if parsed:
+            exc_type, message, frames = parsed
+            return Verdict(Status.ERROR, f"{exc_type}: {message}", make_signature(exc_type, message, frames, libs), exc_type.rsplit(".", 1)[-1])
+        return Verdict(Status.CRASH, f"exited with code {raw.exit_code} without a result", status_signature("crash", f"exit {raw.exit_code}"))
+    return Verdict(Status.PASS, "exited 0 without writing a result", None)
+
+
+def _crash_signature(name: str, output: str, libraries: tuple[str, ...]) -> Signature:
+    """A native crash still names a library when faulthandler printed the Python stack."""
+    frames = []
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith('File "') and " line " in line:
+            path = line.split('"')[1]
+            func = line.rsplit(" in ", 1)[-1]
+            frames.append(Frame(path, 0, func))
+    # faulthandler prints innermost first
+    sig = make_signature("crash", name, list(reversed(frames)), libraries)
+    return sig if sig.location else status_signature("crash", name)
