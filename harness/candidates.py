@@ -79,7 +79,8 @@ class PackageIndex:
             version = _version_from_filename(file.get("filename", ""), name)
             if version is None:
                 continue
-            key = str(version)
+            # a local build (2.13.0+cpu) answers for its public version, as uv's resolver does
+            key = version.public
             uploaded = _parse_time(file.get("upload-time"))
             release = by_version.setdefault(key, Release(version, uploaded, bool(file.get("yanked"))))
             if uploaded and (release.upload_time is None or uploaded < release.upload_time):
@@ -233,7 +234,8 @@ def _candidates_for(package: str, entry: AxisEntry, index: PackageIndex, base_py
         problems.append(f"axis {package!r}: cannot list releases: {exc}; check index_url, or set no_index = true with find_links for an offline runner")
         return []
     if entry.kind == "version":
-        if entry.value not in releases and str(Version(entry.value)) not in releases:
+        public = {Version(v).public for v in releases}
+        if Version(entry.value).public not in public:
             near = _nearby(entry.value, releases)
             problems.append(f"axis {package!r}: version {entry.value!r} is not on the index; available near it: {near}")
             return []
@@ -265,7 +267,7 @@ class ResolvedMatrix:
 
 def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None) -> ResolvedMatrix:
     index = index or index_for(spec.settings)
-    problems: list[str] = []
+    problems: list[str] = list(spec.problems)
     axes: dict[str, list[Candidate]] = {}
     resolved: dict[tuple[str, AxisEntry], list[Candidate]] = {}
     for package, entries in spec.axes.items():

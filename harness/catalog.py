@@ -58,6 +58,8 @@ def load_scenario(path: Path) -> Scenario:
         timeout = _literal(tree, "TIMEOUT")
     except ValueError as exc:
         raise BadInput(f"scenario {str(path)!r}: REQUIRES and TIMEOUT must be plain literals ({exc})") from exc
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise BadInput(f"scenario {str(path)!r}: TIMEOUT = {timeout!r} must be a positive number of seconds")
     return Scenario(path.stem, path.resolve(), _parse_requires(path, requires), timeout, ast.get_docstring(tree) or "")
 
 
@@ -65,14 +67,17 @@ def _parse_requires(path: Path, raw: Any) -> Requirements:
     if not isinstance(raw, dict) or set(raw) - {"packages", "gpus"}:
         raise BadInput(f"scenario {str(path)!r}: REQUIRES must be a dict with keys 'packages' and/or 'gpus'")
     packages = []
-    for name, spec in (raw.get("packages") or {}).items():
+    declared = raw.get("packages") or {}
+    if not isinstance(declared, dict):
+        raise BadInput(f"scenario {str(path)!r}: REQUIRES packages must map names to specifiers, e.g. {{'transformers': '>=5.5'}}")
+    for name, spec in declared.items():
         try:
             SpecifierSet(spec)
         except (InvalidSpecifier, TypeError) as exc:
             raise BadInput(f"scenario {str(path)!r}: REQUIRES packages {name!r}: invalid specifier {spec!r}; write e.g. '>=5.5'") from exc
         packages.append((str(canonicalize_name(name)), spec))
     gpus = raw.get("gpus", 0)
-    if not isinstance(gpus, int) or gpus < 0:
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
         raise BadInput(f"scenario {str(path)!r}: REQUIRES gpus = {gpus!r} must be a non-negative integer")
     return Requirements(tuple(packages), gpus)
 

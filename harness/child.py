@@ -153,6 +153,10 @@ def serve(preload: List[str]) -> int:
 
 
 def main(argv: List[str]) -> int:
+    # Python put this file's folder (the harness package) first on sys.path; a scenario must
+    # see only the cell's libraries, never the harness's modules.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     if len(argv) >= 3 and argv[0] == "run":
         _limit_output()
         return run_scenario(argv[1], argv[2])

@@ -97,7 +97,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
 def _cmd_list(args: argparse.Namespace, console: Console) -> int:
     from harness.candidates import resolve_matrix
 
-    resolved = resolve_matrix(load_matrix(args.matrix))
+    resolved = resolve_matrix(load_matrix(args.matrix, lenient=True))
     for cell in resolved.cells:
         print(cell.id if not args.verbose else f"{cell.id}\t{cell}")
     return EXIT_OK
@@ -139,7 +139,8 @@ COMMANDS = {"sweep": _cmd_sweep, "list": _cmd_list, "scenarios": _cmd_scenarios,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    # Piped output (CI logs, files) gets a wide table rather than rich's 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     try:
         return COMMANDS[args.command](args, console)
     except HarnessError as exc:

@@ -206,6 +206,14 @@ def _inherit(location: Path, request: EnvRequest, stub_dir: Path) -> tuple[dict[
     return versions, [f"{p}=={v}" for p, v in versions.items()], ""
 
 
+def resolve_failure_status(message: str) -> str:
+    """The resolver also builds metadata and downloads: only a true conflict is `unresolvable`."""
+    conflict = ("No solution found", "not found in the package registry", "was not found in the provided package locations", "unsatisfiable")
+    if any(marker in message for marker in conflict) and "Failed to build" not in message:
+        return "unresolvable"
+    return "install_failed"
+
+
 def parse_freeze(text: str) -> dict[str, str]:
     """`name==1.0` / `name @ git+https://…@sha` lines -> {name: version-or-url}."""
     out: dict[str, str] = {}
@@ -248,7 +256,8 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
         compiled = _run([uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", *index_args],
                         stdin="\n".join(request.requirements + pins) + "\n")
         if compiled.returncode != 0:
-            return EnvResult("unresolvable", location, python, inherited=inherited, message=_clean(compiled.stderr), seconds=time.monotonic() - started)
+            message = _clean(compiled.stderr)
+            return EnvResult(resolve_failure_status(message), location, python, inherited=inherited, message=message, seconds=time.monotonic() - started)
         lock = location / "harness-requirements.txt"
         lock.write_text(compiled.stdout)
         synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *index_args])

@@ -7,10 +7,11 @@ takes. Every mistake in a file is collected before failing, so a user fixes them
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -32,7 +33,7 @@ SETTINGS_KEYS = {
 }
 TOP_KEYS = {"matrix", "axes", "include", "exclude"}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
-_GIT_URL = re.compile(r"^git\+(https?|ssh|file)://[^\s@]+(?:@[\w./\-]+)?$")
+_GIT_URL = re.compile(r"^git\+(https?|ssh|file)://(?:[\w.\-]+@)?[^\s@]+(?:@[\w./\-]+)?$")
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,13 @@ class Candidate:
     kind: CandidateKind
     value: str = ""  # version, git URL (with @ref), path; "" for inherit
     commit: str = ""  # resolved git commit (filled by candidates.py)
+    disambiguator: str = ""  # set by expand() when two candidates of an axis share a label
 
     def label(self) -> str:
+        base = self._label()
+        return f"{base}-{self.disambiguator}" if self.disambiguator else base
+
+    def _label(self) -> str:
         short = ABBREVIATIONS.get(self.package, self.package)
         if self.kind == "version":
             return f"{short}{self.value}"
@@ -73,14 +79,22 @@ class Candidate:
         return (1, self.value)
 
 
-def git_url_without_ref(url: str) -> str:
+def _split_git(url: str) -> tuple[str, str]:
+    """("git+ssh://git@host/repo", "ref"): a ref's '@' comes after the path starts, a user's before."""
     scheme, rest = url.split("://", 1)
-    return f"{scheme}://{rest.rsplit('@', 1)[0]}" if "@" in rest else url
+    slash = rest.find("/")
+    at = rest.rfind("@")
+    if at > slash >= 0 or (slash < 0 and at >= 0 and scheme == "git+file"):
+        return f"{scheme}://{rest[:at]}", rest[at + 1 :]
+    return url, "HEAD"
+
+
+def git_url_without_ref(url: str) -> str:
+    return _split_git(url)[0]
 
 
 def git_ref(url: str) -> str:
-    rest = url.split("://", 1)[1]
-    return rest.rsplit("@", 1)[1] if "@" in rest else "HEAD"
+    return _split_git(url)[1]
 
 
 def _slug(text: str) -> str:
@@ -130,7 +144,10 @@ class Settings:
     no_index: bool = False
     exclude_newer: str = ""  # "", "period" or an RFC 3339 date
     isolation: Literal["fork", "process"] = "fork"
-    preload: list[str] = field(default_factory=lambda: ["torch", "transformers"])
+    # Imported once per cell by the fork server (import, then fork per scenario). Importing
+    # transformers.modeling_utils is most of the cost (~6 s of ~11 s on a 2-core machine).
+    # Nothing here may touch CUDA: a forked child cannot use a CUDA context of its parent.
+    preload: list[str] = field(default_factory=lambda: ["torch", "transformers", "transformers.modeling_utils", "accelerate", "peft"])
     extra_requirements: list[str] = field(default_factory=list)
     env_dir: str = ".nox"
 
@@ -142,17 +159,28 @@ class MatrixSpec:
     include: list[dict[str, str]] = field(default_factory=list)
     exclude: list[dict[str, str]] = field(default_factory=list)
     source: str = "matrix.toml"
+    #: Mistakes found while parsing; resolution adds its own and reports all of them at once.
+    problems: list[str] = field(default_factory=list)
 
 
-def load_matrix(path: Path) -> MatrixSpec:
+def load_matrix(path: Path, *, lenient: bool = False) -> MatrixSpec:
+    """Read and parse a matrix file. `lenient` keeps going past mistakes (see `parse_matrix_lenient`)."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise MatrixError(str(path), [f"cannot read the matrix file ({exc.strerror}); pass --matrix with an existing file"]) from exc
-    return parse_matrix(text, str(path))
+    return parse_matrix_lenient(text, str(path)) if lenient else parse_matrix(text, str(path))
 
 
 def parse_matrix(text: str, source: str = "matrix.toml") -> MatrixSpec:
+    spec = parse_matrix_lenient(text, source)
+    if spec.problems:
+        raise MatrixError(source, spec.problems)
+    return spec
+
+
+def parse_matrix_lenient(text: str, source: str = "matrix.toml") -> MatrixSpec:
+    """Parse what can be parsed and record every mistake in `problems` (malformed TOML still raises)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -164,9 +192,7 @@ def parse_matrix(text: str, source: str = "matrix.toml") -> MatrixSpec:
     axes = _parse_axes(data.get("axes", {}), problems)
     include = _parse_selectors(data.get("include", []), "include", axes, problems)
     exclude = _parse_selectors(data.get("exclude", []), "exclude", axes, problems)
-    if problems:
-        raise MatrixError(source, problems)
-    return MatrixSpec(settings, axes, include, exclude, source)
+    return MatrixSpec(settings, axes, include, exclude, source, problems)
 
 
 def _parse_settings(raw: Any, problems: list[str]) -> Settings:
@@ -182,11 +208,17 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
         "preload": list, "extra_requirements": list, "env_dir": str, "no_index": bool,
     }
     for key, kind in expected.items():
-        if key in raw and not isinstance(raw[key], kind) or (key in raw and kind is int and isinstance(raw[key], bool)):
-            problems.append(f"[matrix] {key} = {raw[key]!r} has the wrong type; expected {_type_name(kind)}")
+        if key not in raw:
             continue
-        if key in raw:
-            setattr(settings, key, raw[key])
+        value = raw[key]
+        # bool is an int in Python; `timeout = true` is still a mistake
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            problems.append(f"[matrix] {key} = {value!r} has the wrong type; expected {_type_name(kind)}")
+            continue
+        if kind is list and not all(isinstance(item, str) for item in value):
+            problems.append(f"[matrix] {key} = {value!r}: every item must be a string")
+            continue
+        setattr(settings, key, value)
     if settings.timeout <= 0:
         problems.append(f"[matrix] timeout = {settings.timeout!r} must be a positive number of seconds")
     if settings.repeats < 1:
@@ -254,19 +286,19 @@ def _parse_specifier_table(axis: str, table: dict[str, Any], problems: list[str]
     spec = table.get("specifier")
     pick = table.get("pick", "all")
     limit = table.get("limit", 0)
+    before = len(problems)
     if not isinstance(spec, str):
         problems.append(f"axis {axis!r}: a table needs specifier = \">=X,<Y\"")
-        return None
-    try:
-        SpecifierSet(spec)
-    except InvalidSpecifier:
-        problems.append(f"axis {axis!r}: invalid specifier {spec!r}; write e.g. \">=1.10,<1.16\"")
-        return None
+    else:
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            problems.append(f"axis {axis!r}: invalid specifier {spec!r}; write e.g. \">=1.10,<1.16\"")
     if pick not in PICKS:
         problems.append(f"axis {axis!r}: pick = {pick!r}; use one of {list(PICKS)}")
-        return None
-    if not isinstance(limit, int) or limit < 0:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         problems.append(f"axis {axis!r}: limit = {limit!r} must be a non-negative integer")
+    if len(problems) > before or not isinstance(spec, str):
         return None
     return AxisEntry("specifier", spec, pick, limit)
 
@@ -326,9 +358,30 @@ def _matches(cell: Cell, selector: Mapping[str, str]) -> bool:
         if cand.kind == "inherit":
             if value != "inherit":
                 return False
-        elif cand.value != value:
+        elif not _same_value(cand, value):
             return False
     return True
+
+
+def _same_value(cand: Candidate, value: str) -> bool:
+    """"2.13" and "2.13.0" are one release: compare versions as versions, the rest as text."""
+    if cand.kind == "version":
+        try:
+            return Version(cand.value) == Version(value)
+        except InvalidVersion:
+            return False
+    return cand.value == value
+
+
+def _disambiguate(cands: Sequence[Candidate]) -> list[Candidate]:
+    """Two forks at @main (or two checkouts named peft) would share an id: add a short hash."""
+    labels = [c.label() for c in cands]
+    out = []
+    for cand, label in zip(cands, labels):
+        if labels.count(label) > 1:
+            cand = replace(cand, disambiguator=hashlib.sha1(cand.value.encode()).hexdigest()[:6])  # noqa: S324 - an id
+        out.append(cand)
+    return out
 
 
 def expand(
@@ -341,6 +394,7 @@ def expand(
 
     An include names some axes; the others take that axis's newest candidate.
     """
+    axes = {name: _disambiguate(cands) for name, cands in axes.items()}
     names = list(axes)
     cells: list[Cell] = []
     for combo in itertools.product(*(axes[n] for n in names)):

@@ -53,7 +53,7 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
     (re.compile(r"torch\.Size\(\[[^\]]*\]\)"), "<shape>"),
     (re.compile(r"\[(?:\s*-?\d+\s*,)*\s*-?\d+\s*\]"), "<shape>"),
-    (re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-+ ]+){2,}"), "<path>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-+]+){2,}"), "<path>"),
     (re.compile(r"\b(\w+)\.(__new__|__init__)\(\)"), r"<class>.\2()"),
     (re.compile(r"(?<![\w.])\d+(?:\.\d+){2,3}(?:[.+\-]?[A-Za-z]\w*)?(?![\w])"), "<version>"),
     (re.compile(r"\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\s*(?:[KMGT]i?B|bytes)\b"), "<size>"),
@@ -94,9 +94,8 @@ def mask_message(exception_type: str, message: str) -> str:
     """Mask what varies between runs and releases; keep what names the bug."""
     if exception_type in _WHOLE_MESSAGE_IS_KEY:
         return "<key>"
-    first_lines = message.strip().splitlines()[:3]
-    text = " ".join(line.strip() for line in first_lines)
-    text = _collapse_reprs(text)
+    # Collapse module reprs over the whole message first: a repr spans many lines.
+    text = _collapse_reprs(" ".join(line.strip() for line in message.strip().splitlines()))
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return re.sub(r"\s+", " ", text).strip()[:300]
@@ -157,11 +156,15 @@ def status_signature(status: str, detail: str = "") -> Signature:
 
 
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error): ?(?P<msg>.*)$")
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.<>]*)(?::(?: (?P<msg>.*))?)?$")
 
 
 def parse_traceback(text: str) -> tuple[str, str, list[Frame]] | None:
-    """Parse the last Python traceback in free text (a child that died before reporting)."""
+    """Parse the last Python traceback in free text (a child that died before reporting).
+
+    The exception line is the first unindented line after the frames; the message runs on
+    until the text ends or another traceback starts, as `str(exc)` would.
+    """
     lines = text.splitlines()
     start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=-1)
     if start < 0:
@@ -172,7 +175,16 @@ def parse_traceback(text: str) -> tuple[str, str, list[Frame]] | None:
         if match:
             frames.append(Frame(match["file"], int(match["line"]), match["func"]))
             continue
+        if not lines[i] or lines[i][0].isspace():
+            continue
         exc = _EXC_LINE.match(lines[i])
-        if exc and not lines[i].startswith(" "):
-            return exc["type"], exc["msg"], frames
+        if not exc:
+            return None
+        rest = []
+        for line in lines[i + 1 :]:
+            if line.startswith("Traceback (most recent call last)") or line.startswith("During handling"):
+                break
+            rest.append(line)
+        message = "\n".join([exc["msg"] or "", *rest]).strip()
+        return exc["type"], message, frames
     return None

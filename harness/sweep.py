@@ -23,7 +23,7 @@ from harness.errors import BadInput
 from harness.matrix import Cell, MatrixSpec, load_matrix
 from harness.outcome import Outcome, Status
 from harness.runner import CellRunner
-from harness.secrets import mask, secret_values
+from harness.redact import mask, secret_values
 from harness.signature import status_signature
 from harness.store import CellRecord, Store
 from harness.verdict import interpret
@@ -82,7 +82,7 @@ def default_run_id(matrix_text: str, scenarios: list[Scenario]) -> str:
 
 def plan(options: SweepOptions) -> SweepPlan:
     """Validate everything a sweep needs before anything is written."""
-    spec = load_matrix(options.matrix)
+    spec = load_matrix(options.matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
     scenarios = select(options.scenarios or spec.settings.scenarios)

@@ -66,7 +66,14 @@ def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LI
 def _crash_signature(name: str, output: str, libraries: tuple[str, ...]) -> Signature:
     """A native crash still names a library when faulthandler printed the Python stack."""
     frames = []
-    for line in output.splitlines():
+    lines = output.splitlines()
+    # faulthandler prints other threads first; only the crashing thread's stack is evidence.
+    current = max((i for i, line in enumerate(lines) if line.startswith("Current thread")), default=-1)
+    if current >= 0:
+        lines = lines[current + 1 :]
+        end = next((i for i, line in enumerate(lines) if not line.strip() or line.startswith("Thread ")), len(lines))
+        lines = lines[:end]
+    for line in lines:
         line = line.strip()
         if line.startswith('File "') and " line " in line:
             path = line.split('"')[1]

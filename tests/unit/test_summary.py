@@ -1,0 +1,81 @@
+"""summary.py: repeats folded into one word per cell and scenario; failure families by frequency."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from harness.summary import cell_statuses, failure_families, render
+
+
+def rows_of(statuses: list[str], cell: str = "c1", scenario: str = "lora") -> list[dict[str, object]]:
+    return [{"cell_id": cell, "scenario": scenario, "repeat": i, "status": s} for i, s in enumerate(statuses)]
+
+
+#: statuses of the repeats of one scenario in one cell -> the word shown
+FOLDS = [
+    (["pass"], "pass"),
+    (["pass", "pass", "pass"], "pass"),
+    (["fail", "fail"], "fail"),
+    (["pass", "fail", "pass"], "fail 1/3 (flaky)"),
+    (["fail", "pass", "fail"], "fail 2/3 (flaky)"),
+    (["timeout", "pass"], "timeout 1/2 (flaky)"),
+    # the worst status is named: error ranks above crash
+    (["crash", "error", "pass"], "error 1/3 (flaky)"),
+    (["pass", "oom", "crash", "crash"], "crash 2/4 (flaky)"),
+]
+
+
+@pytest.mark.parametrize(("statuses", "word"), FOLDS)
+def test_cell_statuses_folds_repeats(statuses: list[str], word: str) -> None:
+    assert cell_statuses(rows_of(statuses)) == {"c1": {"lora": word}}
+
+
+def test_cell_statuses_keeps_cells_and_scenarios_apart() -> None:
+    rows = rows_of(["pass", "fail", "pass"]) + rows_of(["pass"], scenario="merge") + rows_of(["crash"], cell="c2")
+    assert cell_statuses(rows) == {"c1": {"lora": "fail 1/3 (flaky)", "merge": "pass"}, "c2": {"lora": "crash"}}
+
+
+def failing(signature: str, scenario: str, library: str = "", status: str = "error") -> dict[str, object]:
+    return {"cell_id": "c", "scenario": scenario, "status": status, "signature": signature, "blamed_library": library}
+
+
+def test_failure_families_sorted_by_count() -> None:
+    rows = [
+        failing("KeyError: <key> @ transformers/masking_utils.py:f", "b", "transformers"),
+        failing("TypeError: <class>.__new__() ... @ accelerate/utils/modeling.py:set_module_tensor_to_device", "a", "accelerate"),
+        failing("KeyError: <key> @ transformers/masking_utils.py:f", "a", "transformers"),
+        failing("KeyError: <key> @ transformers/masking_utils.py:f", "b", "transformers", status="fail"),
+        failing("crash: SIGSEGV", "c", status="crash"),
+        failing("TypeError: <class>.__new__() ... @ accelerate/utils/modeling.py:set_module_tensor_to_device", "c", "accelerate"),
+        # not failures: a pass and a not_applicable carrying a signature, a failure without one
+        failing("ignored: pass", "a", status="pass"),
+        failing("ignored: n/a", "a", status="not_applicable"),
+        failing("", "a", status="error"),
+    ]
+    assert failure_families(rows) == [
+        ("KeyError: <key> @ transformers/masking_utils.py:f", "transformers", 3, ["a", "b"]),
+        ("TypeError: <class>.__new__() ... @ accelerate/utils/modeling.py:set_module_tensor_to_device", "accelerate", 2, ["a", "c"]),
+        ("crash: SIGSEGV", "", 1, ["c"]),
+    ]
+
+
+def test_failure_families_ties_broken_by_signature() -> None:
+    rows = [failing("b-sig", "s"), failing("a-sig", "s")]
+    assert [f[0] for f in failure_families(rows)] == ["a-sig", "b-sig"]
+    assert failure_families(rows_of(["pass", "pass"])) == []
+
+
+def test_render_shows_folded_words_and_families() -> None:
+    rows = [
+        {**r, "signature": "KeyError: <key> @ transformers/x.py:f" if r["status"] != "pass" else "", "blamed_library": "transformers"}
+        for r in rows_of(["pass", "error", "pass"])
+    ]
+    buffer = io.StringIO()
+    render(rows, Console(file=buffer, width=200, color_system=None), title="run r-1")
+    text = buffer.getvalue()
+    assert "error 1/3 (flaky)" in text
+    assert "KeyError: <key> @ transformers/x.py:f" in text
+    assert "pass: 2" in text and "error: 1" in text
