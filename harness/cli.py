@@ -64,7 +64,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
     p.add_argument("--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)")
-    p.add_argument("--rerun", action="store_true", help="recompute outcomes already stored for this run (a new repeat is not created: use --run-id)")
+    p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
     p.add_argument("--model", default="", help="real checkpoint (hub id or path) for scenarios instead of the synthetic model")
     p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
     p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
@@ -76,7 +76,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     from harness.sweep import Sweep, SweepOptions, plan
 
-    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.rerun, args.model, args.adapter, args.device, args.env_root)
+    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root)
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
     with Store(args.db) as store:
         reporter = None if args.no_progress or args.json else ProgressReporter(console)

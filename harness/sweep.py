@@ -36,7 +36,7 @@ class SweepOptions:
     cells: list[str] = field(default_factory=list)  # only these cell ids
     scenarios: list[str] = field(default_factory=list)  # names or paths; overrides the matrix
     run_id: str = ""
-    rerun: bool = False  # recompute outcomes already stored for this run
+    fresh: bool = False  # a new run (new id), so every outcome is computed again
     model: str = ""
     adapter: str = ""
     device: str = ""
@@ -95,6 +95,8 @@ def plan(options: SweepOptions) -> SweepPlan:
         cells = [known[c] for c in options.cells]
     text = options.matrix.read_text()
     run_id = options.run_id or default_run_id(text, scenarios)
+    if options.fresh and not options.run_id:
+        run_id += datetime.now(timezone.utc).strftime("-%Y%m%dT%H%M%S")
     return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
 
 
@@ -132,14 +134,12 @@ class Sweep:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
 
     def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> list[tuple[Scenario, int]]:
-        if self.plan.options.rerun:
-            return self.keys_for(cell)
         return [(s, r) for s, r in self.keys_for(cell) if (cell.id, s.name, r) not in done]
 
     def run(self) -> list[Outcome]:
         p = self.plan
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, _settings_dict(self.settings), __version__, self.host)
-        done = set() if p.options.rerun else self.store.done_keys(p.run_id)
+        done = self.store.done_keys(p.run_id)
         work = [(cell, self.todo(cell, done)) for cell in p.cells]
         self.reporter.start(sum(len(t) for _, t in work))
         produced: list[Outcome] = []
