@@ -16,18 +16,30 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import MatrixError
-from harness.matrix import AxisEntry, Candidate, Cell, MatrixSpec, Settings, expand, git_ref, git_url_without_ref, parse_axis_entry, pick_versions
+from harness.matrix import (
+    AxisEntry,
+    Candidate,
+    Cell,
+    MatrixSpec,
+    Settings,
+    expand,
+    git_ref,
+    git_url_without_ref,
+    parse_axis_entry,
+    pick_versions,
+)
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 CACHE_TTL_SECONDS = 3600
@@ -95,7 +107,7 @@ class PackageIndex:
         url = f"{self.index_url.rstrip('/')}/{name}/"
         request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - index URL is the user's
+            with urllib.request.urlopen(request, timeout=30) as response:
                 body = response.read()
                 is_json = "json" in response.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
@@ -116,7 +128,7 @@ class PackageIndex:
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        key = hashlib.sha1(self.index_url.encode()).hexdigest()[:8]  # noqa: S324 - a cache key
+        key = hashlib.sha1(self.index_url.encode()).hexdigest()[:8]
         return self.cache_dir / key / f"{name}.json"
 
 
@@ -171,7 +183,7 @@ def index_for(settings: Settings) -> PackageIndex:
 
 def expand_find_links(folders: list[str]) -> list[str]:
     """`$PIP_FIND_LINKS` style entries; an unset variable drops out rather than becoming a literal."""
-    out = []
+    out: list[str] = []
     for entry in folders:
         value = os.path.expandvars(entry)
         if "$" in value:
@@ -189,7 +201,10 @@ def resolve_git(url: str) -> tuple[str, str]:
     try:
         proc = subprocess.run(
             ["git", "ls-remote", remote, ref, f"refs/tags/{ref}^{{}}"],
-            capture_output=True, text=True, timeout=60, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "", f"git ls-remote failed: {exc}"
@@ -231,7 +246,9 @@ def _candidates_for(package: str, entry: AxisEntry, index: PackageIndex, base_py
     try:
         releases = index.releases(package)
     except IndexUnreachable as exc:
-        problems.append(f"axis {package!r}: cannot list releases: {exc}; check index_url, or set no_index = true with find_links for an offline runner")
+        problems.append(
+            f"axis {package!r}: cannot list releases: {exc}; check index_url, or set no_index = true with find_links for an offline runner"
+        )
         return []
     if entry.kind == "version":
         public = {Version(v).public for v in releases}
@@ -282,12 +299,12 @@ def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None) -> Resol
     for selector in spec.include:
         chosen: dict[str, Candidate] = {}
         for package, value in selector.items():
-            entry = parse_axis_entry(package, value, problems)
-            if entry is None:
+            parsed = parse_axis_entry(package, value, problems)
+            if parsed is None:
                 continue
-            key = (package, entry)
+            key = (package, parsed)
             if key not in resolved:
-                resolved[key] = _candidates_for(package, entry, index, spec.settings.python, problems)
+                resolved[key] = _candidates_for(package, parsed, index, spec.settings.python, problems)
             if resolved[key]:
                 chosen[package] = resolved[key][0]
         includes.append(chosen)

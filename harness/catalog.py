@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -105,12 +106,14 @@ def select(names: list[str], directory: Path = SCENARIO_DIR) -> list[Scenario]:
         else:
             unknown.append(name)
     if unknown:
-        raise BadInput(f"unknown scenario(s) {', '.join(map(repr, unknown))}; known: {', '.join(known) or 'none'} (or pass a path to a .py file)")
+        raise BadInput(
+            f"unknown scenario(s) {', '.join(map(repr, unknown))}; known: {', '.join(known) or 'none'} (or pass a path to a .py file)"
+        )
     return chosen
 
 
 def applicability(scenario: Scenario, freeze: Mapping[str, str], gpus: int) -> str:
-    """"" if the cell can run the scenario, else the reason it cannot (-> not_applicable)."""
+    """ "" if the cell can run the scenario, else the reason it cannot (-> not_applicable)."""
     for name, spec in scenario.requires.packages:
         installed = freeze.get(name)
         if installed is None:

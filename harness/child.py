@@ -22,7 +22,7 @@ import runpy
 import signal
 import sys
 import traceback
-from typing import Any, Dict, List
+from typing import Any
 
 #: A scenario that writes more than this much output is stopped (SIGXFSZ -> crash): the disk
 #: of a shared runner is not the scenario's to fill.
@@ -36,7 +36,7 @@ STATUS_BY_CLASS = {
 }
 
 
-def _write_json(path: str, data: Dict[str, Any]) -> None:
+def _write_json(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh)
@@ -50,7 +50,7 @@ def _classify(exc: BaseException) -> str:
     return "error"
 
 
-def _frames(exc: BaseException) -> List[List[Any]]:
+def _frames(exc: BaseException) -> list[list[Any]]:
     return [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)]
 
 
@@ -62,7 +62,7 @@ def run_scenario(scenario: str, result: str) -> int:
     kit_dir = os.environ.get(KIT_DIR_ENV)
     sys.argv = [scenario]
     sys.path[0:0] = [os.path.dirname(scenario)] + ([kit_dir] if kit_dir else [])
-    record: Dict[str, Any] = {"status": "pass"}
+    record: dict[str, Any] = {"status": "pass"}
     code = 0
     try:
         runpy.run_path(scenario, run_name="__main__")
@@ -70,7 +70,7 @@ def run_scenario(scenario: str, result: str) -> int:
         if exc.code not in (None, 0):
             record = {"status": "error", "exception_type": "SystemExit", "message": str(exc.code), "frames": _frames(exc)}
             code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes an outcome
+    except BaseException as exc:
         record = {
             "status": _classify(exc),
             "exception_type": type(exc).__module__ + "." + type(exc).__qualname__,
@@ -100,7 +100,7 @@ def _limit_output() -> None:
         pass
 
 
-def _child(request: Dict[str, Any]) -> None:
+def _child(request: dict[str, Any]) -> None:
     """In the forked process: own session (so a timeout kills the whole group), own output."""
     code = 1
     try:
@@ -109,19 +109,19 @@ def _child(request: Dict[str, Any]) -> None:
         _redirect(request["output"])
         _limit_output()
         os.environ.update(request.get("env", {}))
-        sys.stdin = open(os.devnull)
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - lives until os._exit
         code = run_scenario(request["scenario"], request["result"])
     finally:
         os._exit(code)
 
 
-def _decode_status(status: int) -> Dict[str, Any]:
+def _decode_status(status: int) -> dict[str, Any]:
     if os.WIFSIGNALED(status):
         return {"exit": None, "signal": os.WTERMSIG(status)}
     return {"exit": os.WEXITSTATUS(status), "signal": None}
 
 
-def serve(preload: List[str]) -> int:
+def serve(preload: list[str]) -> int:
     # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
     # library prints while importing (C level included) cannot corrupt the protocol.
     answer = os.fdopen(os.dup(1), "w")
@@ -131,7 +131,7 @@ def serve(preload: List[str]) -> int:
         try:
             __import__(module)
             imported.append(module)
-        except Exception:  # noqa: BLE001 - a cell without the module simply imports nothing
+        except Exception:
             pass
     answer.write(json.dumps({"ready": imported}) + "\n")
     answer.flush()
@@ -152,7 +152,7 @@ def serve(preload: List[str]) -> int:
     return 0
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     # Python put this file's folder (the harness package) first on sys.path; a scenario must
     # see only the cell's libraries, never the harness's modules.
     here = os.path.dirname(os.path.abspath(__file__))

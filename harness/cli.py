@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -30,8 +30,13 @@ class ProgressReporter:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
         )
         self.task = self.progress.add_task("sweep", total=0)
 
@@ -63,7 +68,9 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
-    p.add_argument("--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)")
+    p.add_argument(
+        "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
+    )
     p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
     p.add_argument("--model", default="", help="real checkpoint (hub id or path) for scenarios instead of the synthetic model")
     p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
@@ -76,12 +83,16 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     from harness.sweep import Sweep, SweepOptions, plan
 
-    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root)
+    options = SweepOptions(
+        args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
+    )
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
     with Store(args.db) as store:
         reporter = None if args.no_progress or args.json else ProgressReporter(console)
         if not args.json:
-            console.print(f"run [bold]{sweep_plan.run_id}[/]: {len(sweep_plan.cells)} cell(s) × {len(sweep_plan.scenarios)} scenario(s) -> {args.db}")
+            console.print(
+                f"run [bold]{sweep_plan.run_id}[/]: {len(sweep_plan.cells)} cell(s) × {len(sweep_plan.scenarios)} scenario(s) -> {args.db}"
+            )
         sweep = Sweep(sweep_plan, store, reporter)
         produced = sweep.run()
         rows = [r for r in store.outcomes(sweep_plan.run_id) if r["cell_id"] in {c.id for c in sweep_plan.cells}]
@@ -120,7 +131,9 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description="Version-matrix compatibility harness for torch, transformers, accelerate, peft and bitsandbytes.")
+    parser = argparse.ArgumentParser(
+        prog="harness", description="Version-matrix compatibility harness for torch, transformers, accelerate, peft and bitsandbytes."
+    )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_sweep(sub)

@@ -179,7 +179,10 @@ def _stub_wheel(folder: Path, package: str, version: str) -> None:
     dist = re.sub(r"[-_.]+", "_", package)
     info = f"{dist}-{version}.dist-info"
     files = {
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\nSummary: inherited from the base interpreter by the compatibility harness\n",
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n"
+            "Summary: inherited from the base interpreter by the compatibility harness\n"
+        ),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: compat-harness\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
@@ -191,7 +194,11 @@ def _stub_wheel(folder: Path, package: str, version: str) -> None:
 
 def _inherit(location: Path, request: EnvRequest, stub_dir: Path) -> tuple[dict[str, str], list[str], str]:
     """Link the base's site-packages in and stub the inherited dists; returns (versions, pins, error)."""
-    base_python = request.python if os.path.sep in request.python else (shutil.which(f"python{request.python}") or shutil.which(request.python) or request.python)
+    base_python = (
+        request.python
+        if os.path.sep in request.python
+        else (shutil.which(f"python{request.python}") or shutil.which(request.python) or request.python)
+    )
     versions = _base_versions(base_python, request.inherit)
     missing = [p for p in request.inherit if p not in versions]
     if missing:
@@ -208,7 +215,12 @@ def _inherit(location: Path, request: EnvRequest, stub_dir: Path) -> tuple[dict[
 
 def resolve_failure_status(message: str) -> str:
     """The resolver also builds metadata and downloads: only a true conflict is `unresolvable`."""
-    conflict = ("No solution found", "not found in the package registry", "was not found in the provided package locations", "unsatisfiable")
+    conflict = (
+        "No solution found",
+        "not found in the package registry",
+        "was not found in the provided package locations",
+        "unsatisfiable",
+    )
     if any(marker in message for marker in conflict) and "Failed to build" not in message:
         return "unresolvable"
     return "install_failed"
@@ -237,15 +249,26 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
     location = env_location(env_root, cell, request)
     marker = _read_marker(location, request.key())
     if marker is not None:
-        return EnvResult("ready", location, str(_python_in(location)), marker["freeze"], marker.get("inherited", {}),
-                         seconds=time.monotonic() - started, reused=True)
+        return EnvResult(
+            "ready",
+            location,
+            str(_python_in(location)),
+            marker["freeze"],
+            marker.get("inherited", {}),
+            seconds=time.monotonic() - started,
+            reused=True,
+        )
     uv = uv_binary()
     env_root.mkdir(parents=True, exist_ok=True)
     try:
         _create_venv(location, request.python)
-    except Exception as exc:  # noqa: BLE001 - nox raises its own errors for missing interpreters
-        return EnvResult("install_failed", location, message=f"cannot create the virtualenv with python {request.python!r}: {exc}",
-                         seconds=time.monotonic() - started)
+    except Exception as exc:
+        return EnvResult(
+            "install_failed",
+            location,
+            message=f"cannot create the virtualenv with python {request.python!r}: {exc}",
+            seconds=time.monotonic() - started,
+        )
     python = str(_python_in(location))
     with tempfile.TemporaryDirectory(prefix="harness-stubs-") as stubs:
         inherited, pins, error = _inherit(location, request, Path(stubs)) if request.inherit else ({}, [], "")
@@ -253,16 +276,22 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             return EnvResult("install_failed", location, python, inherited=inherited, message=error, seconds=time.monotonic() - started)
         extra_links = [stubs] if request.inherit else []
         index_args = _index_args(request, extra_links)
-        compiled = _run([uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", *index_args],
-                        stdin="\n".join(request.requirements + pins) + "\n")
+        compiled = _run(
+            [uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", *index_args],
+            stdin="\n".join(request.requirements + pins) + "\n",
+        )
         if compiled.returncode != 0:
             message = _clean(compiled.stderr)
-            return EnvResult(resolve_failure_status(message), location, python, inherited=inherited, message=message, seconds=time.monotonic() - started)
+            return EnvResult(
+                resolve_failure_status(message), location, python, inherited=inherited, message=message, seconds=time.monotonic() - started
+            )
         lock = location / "harness-requirements.txt"
         lock.write_text(compiled.stdout)
         synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *index_args])
         if synced.returncode != 0:
-            return EnvResult("install_failed", location, python, inherited=inherited, message=_clean(synced.stderr), seconds=time.monotonic() - started)
+            return EnvResult(
+                "install_failed", location, python, inherited=inherited, message=_clean(synced.stderr), seconds=time.monotonic() - started
+            )
     frozen = _run([uv, "pip", "freeze", "--python", python])
     freeze = parse_freeze(frozen.stdout)
     (location / MARKER).write_text(json.dumps({"key": request.key(), "freeze": freeze, "inherited": inherited, "request": asdict(request)}))

@@ -11,9 +11,10 @@ import hashlib
 import itertools
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -28,8 +29,19 @@ Pick = Literal["all", "newest-patch", "newest-minor", "newest"]
 ABBREVIATIONS = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}
 
 SETTINGS_KEYS = {
-    "python", "scenarios", "timeout", "repeats", "index_url", "extra_index_urls", "find_links",
-    "exclude_newer", "isolation", "preload", "extra_requirements", "env_dir", "no_index",
+    "python",
+    "scenarios",
+    "timeout",
+    "repeats",
+    "index_url",
+    "extra_index_urls",
+    "find_links",
+    "exclude_newer",
+    "isolation",
+    "preload",
+    "extra_requirements",
+    "env_dir",
+    "no_index",
 }
 TOP_KEYS = {"matrix", "axes", "include", "exclude"}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
@@ -203,9 +215,19 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
     for key in sorted(set(raw) - SETTINGS_KEYS):
         problems.append(f"unknown key {key!r} in [matrix]; expected one of {sorted(SETTINGS_KEYS)}")
     expected: dict[str, type | tuple[type, ...]] = {
-        "python": str, "scenarios": list, "timeout": (int, float), "repeats": int, "index_url": str,
-        "extra_index_urls": list, "find_links": list, "exclude_newer": str, "isolation": str,
-        "preload": list, "extra_requirements": list, "env_dir": str, "no_index": bool,
+        "python": str,
+        "scenarios": list,
+        "timeout": (int, float),
+        "repeats": int,
+        "index_url": str,
+        "extra_index_urls": list,
+        "find_links": list,
+        "exclude_newer": str,
+        "isolation": str,
+        "preload": list,
+        "extra_requirements": list,
+        "env_dir": str,
+        "no_index": bool,
     }
     for key, kind in expected.items():
         if key not in raw:
@@ -215,7 +237,7 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             problems.append(f"[matrix] {key} = {value!r} has the wrong type; expected {_type_name(kind)}")
             continue
-        if kind is list and not all(isinstance(item, str) for item in value):
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             problems.append(f"[matrix] {key} = {value!r}: every item must be a string")
             continue
         setattr(settings, key, value)
@@ -224,9 +246,9 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
     if settings.repeats < 1:
         problems.append(f"[matrix] repeats = {settings.repeats!r} must be at least 1")
     if settings.isolation not in ("fork", "process"):
-        problems.append(f"[matrix] isolation = {settings.isolation!r}; use \"fork\" or \"process\"")
+        problems.append(f'[matrix] isolation = {settings.isolation!r}; use "fork" or "process"')
     if settings.exclude_newer not in ("", "period") and not re.match(r"^\d{4}-\d{2}-\d{2}", settings.exclude_newer):
-        problems.append(f"[matrix] exclude_newer = {settings.exclude_newer!r}; use \"period\" or a date like \"2026-04-24\"")
+        problems.append(f'[matrix] exclude_newer = {settings.exclude_newer!r}; use "period" or a date like "2026-04-24"')
     return settings
 
 
@@ -239,7 +261,7 @@ def _type_name(kind: type | tuple[type, ...]) -> str:
 def _parse_axes(raw: Any, problems: list[str]) -> dict[str, list[AxisEntry]]:
     axes: dict[str, list[AxisEntry]] = {}
     if not isinstance(raw, dict) or not raw:
-        problems.append("[axes] must be a table with at least one axis, e.g. transformers = [\"5.6.2\"]")
+        problems.append('[axes] must be a table with at least one axis, e.g. transformers = ["5.6.2"]')
         return axes
     for name, value in raw.items():
         package = str(canonicalize_name(name))
@@ -274,7 +296,10 @@ def parse_axis_entry(axis: str, value: Any, problems: list[str]) -> AxisEntry | 
     try:
         Version(text)
     except InvalidVersion:
-        problems.append(f"axis {axis!r}: invalid version {text!r}; use a release such as \"1.13.0\", a specifier such as \">=1.10,<1.16\", a git+ URL or \"inherit\"")
+        problems.append(
+            f'axis {axis!r}: invalid version {text!r}; use a release such as "1.13.0", '
+            'a specifier such as ">=1.10,<1.16", a git+ URL or "inherit"'
+        )
         return None
     return AxisEntry("version", text)
 
@@ -288,12 +313,12 @@ def _parse_specifier_table(axis: str, table: dict[str, Any], problems: list[str]
     limit = table.get("limit", 0)
     before = len(problems)
     if not isinstance(spec, str):
-        problems.append(f"axis {axis!r}: a table needs specifier = \">=X,<Y\"")
+        problems.append(f'axis {axis!r}: a table needs specifier = ">=X,<Y"')
     else:
         try:
             SpecifierSet(spec)
         except InvalidSpecifier:
-            problems.append(f"axis {axis!r}: invalid specifier {spec!r}; write e.g. \">=1.10,<1.16\"")
+            problems.append(f'axis {axis!r}: invalid specifier {spec!r}; write e.g. ">=1.10,<1.16"')
     if pick not in PICKS:
         problems.append(f"axis {axis!r}: pick = {pick!r}; use one of {list(PICKS)}")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -321,7 +346,7 @@ def _parse_selectors(raw: Any, what: str, axes: Mapping[str, list[AxisEntry]], p
             entry = parse_axis_entry(name, value, problems) if isinstance(value, str) else None
             if entry is None or entry.kind == "specifier":
                 if isinstance(value, str) and entry is not None:
-                    problems.append(f"[[{what}]] #{i + 1}: {name} = {value!r} must be one version, git source, path or \"inherit\"")
+                    problems.append(f'[[{what}]] #{i + 1}: {name} = {value!r} must be one version, git source, path or "inherit"')
                 elif not isinstance(value, str):
                     problems.append(f"[[{what}]] #{i + 1}: {name} = {value!r} must be a string")
                 continue
@@ -364,7 +389,7 @@ def _matches(cell: Cell, selector: Mapping[str, str]) -> bool:
 
 
 def _same_value(cand: Candidate, value: str) -> bool:
-    """"2.13" and "2.13.0" are one release: compare versions as versions, the rest as text."""
+    """ "2.13" and "2.13.0" are one release: compare versions as versions, the rest as text."""
     if cand.kind == "version":
         try:
             return Version(cand.value) == Version(value)
@@ -379,7 +404,7 @@ def _disambiguate(cands: Sequence[Candidate]) -> list[Candidate]:
     out = []
     for cand, label in zip(cands, labels):
         if labels.count(label) > 1:
-            cand = replace(cand, disambiguator=hashlib.sha1(cand.value.encode()).hexdigest()[:6])  # noqa: S324 - an id
+            cand = replace(cand, disambiguator=hashlib.sha1(cand.value.encode()).hexdigest()[:6])
         out.append(cand)
     return out
 

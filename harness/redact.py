@@ -7,7 +7,7 @@ its value is masked in captured output, tracebacks, messages and the environment
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 SECRET_NAME = re.compile(r"(^HF_TOKEN$|_TOKEN$|_KEY$|_SECRET$|^TOKEN$|PASSWORD)", re.IGNORECASE)
 MASK = "***"

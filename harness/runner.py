@@ -17,9 +17,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 CHILD = Path(__file__).with_name("child.py")
 KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -131,8 +132,12 @@ class CellRunner:
         self._server_log = (self.tmp / "server.log").open("w")
         self._server = subprocess.Popen(
             [self.python, str(CHILD), "serve", *self.preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._server_log,
-            env=self.env, start_new_session=True, cwd=self.tmp,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._server_log,
+            env=self.env,
+            start_new_session=True,
+            cwd=self.tmp,
         )
         assert self._server.stdout is not None
         self._selector = selectors.DefaultSelector()
@@ -209,8 +214,12 @@ class CellRunner:
         with open(request["output"], "wb") as out:
             proc = subprocess.Popen(
                 [self.python, str(CHILD), "run", request["scenario"], request["result"]],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, cwd=self.tmp,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                cwd=self.tmp,
             )
             try:
                 code = proc.wait(timeout=timeout)
@@ -244,4 +253,3 @@ class CellRunner:
             output_tail=_tail(output),
             metrics=_read_json(metrics) or {},
         )
-

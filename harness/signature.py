@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 #: Libraries whose frames may take the blame. torch is the substrate: it raises on behalf of
 #: its callers (meta-tensor checks, Module.__call__), so a higher-level library above it in
@@ -45,7 +45,7 @@ class Signature:
 
     @property
     def family(self) -> str:
-        return hashlib.sha1(self.text.encode()).hexdigest()[:12]  # noqa: S324 - an id, not security
+        return hashlib.sha1(self.text.encode()).hexdigest()[:12]
 
 
 # Order matters: structured values first, bare numbers last.
@@ -114,9 +114,7 @@ def library_of(filename: str, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> t
     return "", ""
 
 
-def blamed_frame(
-    frames: Sequence[Frame], libraries: Iterable[str] = DEFAULT_LIBRARIES
-) -> tuple[str, str]:
+def blamed_frame(frames: Sequence[Frame], libraries: Iterable[str] = DEFAULT_LIBRARIES) -> tuple[str, str]:
     """The innermost frame in a library under test, skipping the substrate when possible."""
     libs = tuple(libraries)
     fallback = ("", "")

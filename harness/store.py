@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import duckdb
 
@@ -95,7 +96,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)  # naive UTC: TIMESTAMPTZ would need pytz
+    return datetime.now(UTC).replace(tzinfo=None)  # naive UTC: TIMESTAMPTZ would need pytz
 
 
 @dataclass
@@ -133,14 +134,19 @@ class Store:
                 raise StoreError(f"database {self.path!r} does not exist; run a sweep first or pass --db with an existing file")
             parent = target.parent if str(target.parent) else Path(".")
             if not self.read_only and not target.exists() and not parent.is_dir():
-                raise StoreError(f"cannot create database {self.path!r}: folder {str(parent)!r} does not exist; create it or pass --db with another path")
+                raise StoreError(
+                    f"cannot create database {self.path!r}: folder {str(parent)!r} does not exist; create it or pass --db with another path"
+                )
             if not self.read_only and not target.exists() and not os.access(parent, os.W_OK):
                 raise StoreError(f"cannot create database {self.path!r}: {target.parent} is not writable; pass --db with a writable path")
         try:
             return duckdb.connect(self.path, read_only=self.read_only)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.SerializationException) as exc:
             first = str(exc).splitlines()[0]
-            raise StoreError(f"cannot open {self.path!r} as a DuckDB database ({first}); pass --db with a .duckdb file the harness created, or a new path") from exc
+            raise StoreError(
+                f"cannot open {self.path!r} as a DuckDB database ({first}); "
+                "pass --db with a .duckdb file the harness created, or a new path"
+            ) from exc
 
     def close(self) -> None:
         self.con.close()
@@ -174,7 +180,9 @@ class Store:
         return [r[0] for r in self.con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
     # -- writes ---------------------------------------------------------------------------
-    def ensure_run(self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]) -> None:
+    def ensure_run(
+        self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]
+    ) -> None:
         self.con.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             [run_id, _now(), matrix_path, matrix_text, json.dumps(settings), harness_version, json.dumps(host)],
@@ -184,9 +192,21 @@ class Store:
         """Latest environment facts for a cell in a run (a rebuild replaces them)."""
         self.con.execute(
             "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [rec.run_id, rec.cell_id, rec.python, json.dumps(rec.versions), json.dumps(rec.requirements),
-             json.dumps(rec.freeze), json.dumps(rec.inherited), json.dumps(rec.git_commits), rec.env_status,
-             rec.env_message, rec.env_seconds, rec.env_reused, _now()],
+            [
+                rec.run_id,
+                rec.cell_id,
+                rec.python,
+                json.dumps(rec.versions),
+                json.dumps(rec.requirements),
+                json.dumps(rec.freeze),
+                json.dumps(rec.inherited),
+                json.dumps(rec.git_commits),
+                rec.env_status,
+                rec.env_message,
+                rec.env_seconds,
+                rec.env_reused,
+                _now(),
+            ],
         )
 
     def add_outcome(self, outcome: Outcome) -> bool:
@@ -200,9 +220,23 @@ class Store:
             return False
         self.con.execute(
             "INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [d["run_id"], d["cell_id"], d["scenario"], d["repeat"], d["status"], d["message"], d["signature"],
-             d["signature_family"], d["blamed_library"], d["exception_type"], d["traceback"], d["output_tail"],
-             d["seconds"], json.dumps(d["metrics"]), d["started_at"] or _now()],
+            [
+                d["run_id"],
+                d["cell_id"],
+                d["scenario"],
+                d["repeat"],
+                d["status"],
+                d["message"],
+                d["signature"],
+                d["signature_family"],
+                d["blamed_library"],
+                d["exception_type"],
+                d["traceback"],
+                d["output_tail"],
+                d["seconds"],
+                json.dumps(d["metrics"]),
+                d["started_at"] or _now(),
+            ],
         )
         return True
 
@@ -227,7 +261,7 @@ class Store:
     def count(self, table: str = "outcomes") -> int:
         if table not in ("outcomes", "cells", "runs"):
             raise ValueError(table)
-        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - table is checked
+        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()
         return int(row[0]) if row else 0
 
     def duplicate_keys(self) -> int:
@@ -240,4 +274,3 @@ class Store:
         cur = self.con.execute(sql, list(params))
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
-

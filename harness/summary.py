@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 STYLE = {
-    "pass": "green", "fail": "red", "error": "red", "crash": "magenta", "timeout": "yellow",
-    "oom": "magenta", "unresolvable": "dim", "install_failed": "dim", "not_applicable": "dim",
+    "pass": "green",
+    "fail": "red",
+    "error": "red",
+    "crash": "magenta",
+    "timeout": "yellow",
+    "oom": "magenta",
+    "unresolvable": "dim",
+    "install_failed": "dim",
+    "not_applicable": "dim",
 }
 
 

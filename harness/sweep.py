@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from harness import __version__, hostinfo
 from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
@@ -22,8 +23,8 @@ from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
 from harness.matrix import Cell, MatrixSpec, load_matrix
 from harness.outcome import Outcome, Status
-from harness.runner import CellRunner
 from harness.redact import mask, secret_values
+from harness.runner import CellRunner
 from harness.signature import status_signature
 from harness.store import CellRecord, Store
 from harness.verdict import interpret
@@ -96,7 +97,7 @@ def plan(options: SweepOptions) -> SweepPlan:
     text = options.matrix.read_text()
     run_id = options.run_id or default_run_id(text, scenarios)
     if options.fresh and not options.run_id:
-        run_id += datetime.now(timezone.utc).strftime("-%Y%m%dT%H%M%S")
+        run_id += datetime.now(UTC).strftime("-%Y%m%dT%H%M%S")
     return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
 
 
@@ -113,12 +114,26 @@ def _scenario_env(options: SweepOptions) -> dict[str, str]:
 
 def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str], secrets: list[str]) -> CellRecord:
     commits = {c.package: c.commit for c in cell.candidates if c.commit}
-    return CellRecord(run_id, cell.id, cell.python, cell.as_dict(), requirements, env.freeze, env.inherited, commits,
-                      env.status, mask(env.message, secrets), env.seconds, env.reused)
+    return CellRecord(
+        run_id,
+        cell.id,
+        cell.python,
+        cell.as_dict(),
+        requirements,
+        env.freeze,
+        env.inherited,
+        commits,
+        env.status,
+        mask(env.message, secrets),
+        env.seconds,
+        env.reused,
+    )
 
 
 class Sweep:
-    def __init__(self, plan: SweepPlan, store: Store, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, plan: SweepPlan, store: Store, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.plan = plan
         self.store = store
         self.reporter = reporter or SilentReporter()
@@ -172,7 +187,9 @@ class Sweep:
         return outcome
 
     def _base(self, cell: Cell, scenario: Scenario, repeat: int, status: Status) -> Outcome:
-        return Outcome(self.plan.run_id, cell.id, scenario.name, repeat, status, started_at=datetime.now(timezone.utc).replace(tzinfo=None).isoformat())
+        return Outcome(
+            self.plan.run_id, cell.id, scenario.name, repeat, status, started_at=datetime.now(UTC).replace(tzinfo=None).isoformat()
+        )
 
     def _env_outcome(self, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult) -> Outcome:
         outcome = self._base(cell, scenario, repeat, Status(env.status))

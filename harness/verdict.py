@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import signal as signals
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from harness.outcome import Status
 from harness.runner import RawRun
@@ -58,8 +59,12 @@ def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LI
         parsed = parse_traceback(raw.output_tail)
         if parsed:
             exc_type, message, frames = parsed
-            return Verdict(Status.ERROR, f"{exc_type}: {message}", make_signature(exc_type, message, frames, libs), exc_type.rsplit(".", 1)[-1])
-        return Verdict(Status.CRASH, f"exited with code {raw.exit_code} without a result", status_signature("crash", f"exit {raw.exit_code}"))
+            return Verdict(
+                Status.ERROR, f"{exc_type}: {message}", make_signature(exc_type, message, frames, libs), exc_type.rsplit(".", 1)[-1]
+            )
+        return Verdict(
+            Status.CRASH, f"exited with code {raw.exit_code} without a result", status_signature("crash", f"exit {raw.exit_code}")
+        )
     return Verdict(Status.PASS, "exited 0 without writing a result", None)
 
 

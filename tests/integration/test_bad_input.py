@@ -54,7 +54,7 @@ def test_bad_matrix(tmp_path: Path, text: str, fragments: list[str]) -> None:
 
 def _good_matrix(tmp_path: Path) -> Path:
     matrix = tmp_path / "matrix.toml"
-    matrix.write_text('[matrix]\npreload = []\n' + GOOD_AXES)
+    matrix.write_text("[matrix]\npreload = []\n" + GOOD_AXES)
     return matrix
 
 
@@ -111,10 +111,12 @@ def test_unknown_cell_id(tmp_path: Path) -> None:
 
 def test_bad_scenario_declaration(tmp_path: Path) -> None:
     scenario = tmp_path / "bad.py"
-    scenario.write_text(textwrap.dedent("""
+    scenario.write_text(
+        textwrap.dedent("""
         REQUIRES = {"packages": {"packaging": "not a specifier"}}
         print("never runs")
-    """))
+    """)
+    )
     db = tmp_path / "out.duckdb"
     proc = run_cli("sweep", "--matrix", str(_good_matrix(tmp_path)), "--db", str(db), "--scenario", str(scenario))
     _assert_clean_failure(proc.stderr, proc.returncode, ["invalid specifier", "'not a specifier'"])

@@ -48,7 +48,8 @@ def write_scenarios(folder: Path) -> list[str]:
 
 def write_matrix(path: Path, versions: list[str], isolation: str = "fork") -> Path:
     quoted = ", ".join(f'"{v}"' for v in versions)
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [matrix]
         python = "3.11"
         timeout = 60
@@ -57,7 +58,8 @@ def write_matrix(path: Path, versions: list[str], isolation: str = "fork") -> Pa
 
         [axes]
         packaging = [{quoted}]
-    """))
+    """)
+    )
     return path
 
 

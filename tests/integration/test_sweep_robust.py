@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import duckdb
-import pytest
 
 from tests.conftest import REPO, run_cli
 
@@ -34,6 +33,7 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 # -- kill -9 and resume -------------------------------------------------------------------
 
+
 def test_kill_9_at_any_moment_then_rerun_leaves_exactly_one_outcome_per_key(tmp_path: Path, env_root: Path) -> None:
     scen = tmp_path / "scen"
     scen.mkdir()
@@ -43,14 +43,28 @@ def test_kill_9_at_any_moment_then_rerun_leaves_exactly_one_outcome_per_key(tmp_
         names.append(str(scen / f"s{i}.py"))
     matrix = _matrix(tmp_path / "m.toml", 'packaging = ["23.2", "24.0"]', "repeats = 2")
     db = tmp_path / "k.duckdb"
-    args = [sys.executable, "-m", "harness", "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--no-progress"]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--matrix",
+        str(matrix),
+        "--db",
+        str(db),
+        "--env-root",
+        str(env_root),
+        "--no-progress",
+    ]
     for n in names:
         args += ["--scenario", n]
     expected = 2 * 8 * 2
     rng = random.Random(1234)
     kills = 0
     for _ in range(6):
-        proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
         time.sleep(rng.uniform(0.3, 3.0))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -58,7 +72,9 @@ def test_kill_9_at_any_moment_then_rerun_leaves_exactly_one_outcome_per_key(tmp_
         proc.wait()
         if db.exists():
             # the database opens after every kill, and never holds a key twice
-            assert _rows(db, "SELECT count(*) FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)") == [(0,)]
+            assert _rows(
+                db, "SELECT count(*) FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)"
+            ) == [(0,)]
     assert kills >= 1
     final = run_cli(*args[3:])
     assert final.returncode == 0, final.stderr
@@ -73,7 +89,8 @@ SECRET_VALUES = {"HF_TOKEN": "hf_TopSecretValue123456", "MY_SERVICE_API_KEY": "k
 
 def test_secrets_reach_the_scenario_but_are_never_stored(tmp_path: Path, env_root: Path) -> None:
     scenario = tmp_path / "leaky.py"
-    scenario.write_text(textwrap.dedent("""
+    scenario.write_text(
+        textwrap.dedent("""
         import os, sys
         from _kit import metric
         token = os.environ["HF_TOKEN"]          # the child does receive the secret
@@ -81,13 +98,25 @@ def test_secrets_reach_the_scenario_but_are_never_stored(tmp_path: Path, env_roo
         print("key", os.environ["MY_SERVICE_API_KEY"], file=sys.stderr)
         metric("token_length", len(token))
         raise RuntimeError(f"401 Unauthorized for token {token} and {os.environ['S3_SECRET']}")
-    """))
+    """)
+    )
     matrix = _matrix(tmp_path / "m.toml", 'packaging = ["24.0"]')
     db = tmp_path / "s.duckdb"
-    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario),
-                   "--no-progress", env=SECRET_VALUES)
+    proc = run_cli(
+        "sweep",
+        "--matrix",
+        str(matrix),
+        "--db",
+        str(db),
+        "--env-root",
+        str(env_root),
+        "--scenario",
+        str(scenario),
+        "--no-progress",
+        env=SECRET_VALUES,
+    )
     assert proc.returncode == 0, proc.stderr
-    status, message, tail, tb = _rows(db, "SELECT status, message, output_tail, traceback FROM outcomes")[0]
+    status, message, tail = _rows(db, "SELECT status, message, output_tail FROM outcomes")[0]
     assert status == "error"
     assert "401 Unauthorized for token ***" in message
     assert "using token ***" in tail
@@ -104,6 +133,7 @@ def test_secrets_reach_the_scenario_but_are_never_stored(tmp_path: Path, env_roo
 
 # -- environment problems are outcomes -------------------------------------------------------
 
+
 def test_unresolvable_and_install_failed_are_outcomes_and_the_sweep_goes_on(tmp_path: Path, env_root: Path) -> None:
     broken = tmp_path / "brokenpkg"
     broken.mkdir()
@@ -113,7 +143,9 @@ def test_unresolvable_and_install_failed_are_outcomes_and_the_sweep_goes_on(tmp_
     # requests 2.31.0 needs urllib3>=1.21.1: pinning 1.20 cannot resolve
     matrix = _matrix(tmp_path / "m.toml", 'requests = ["2.31.0"]\nurllib3 = ["1.20", "2.0.7"]')
     db = tmp_path / "e.duckdb"
-    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress")
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
     rows = dict(_rows(db, "SELECT cell_id, status FROM outcomes"))
     assert rows == {"requests2.31.0-urllib31.20": "unresolvable", "requests2.31.0-urllib32.0.7": "pass"}
@@ -123,7 +155,9 @@ def test_unresolvable_and_install_failed_are_outcomes_and_the_sweep_goes_on(tmp_
 
     matrix2 = _matrix(tmp_path / "m2.toml", f'brokenpkg = ["{broken}"]')
     db2 = tmp_path / "e2.duckdb"
-    proc = run_cli("sweep", "--matrix", str(matrix2), "--db", str(db2), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress")
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix2), "--db", str(db2), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
     status, message = _rows(db2, "SELECT status, message FROM outcomes")[0]
     assert status == "install_failed"
@@ -131,6 +165,7 @@ def test_unresolvable_and_install_failed_are_outcomes_and_the_sweep_goes_on(tmp_
 
 
 # -- git and inherit ------------------------------------------------------------------------
+
 
 def _git(repo: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
@@ -140,7 +175,10 @@ def _git(repo: Path, *args: str) -> str:
 def test_git_axis_records_the_exact_commit(tmp_path: Path, env_root: Path) -> None:
     repo = tmp_path / "tinypkg"
     (repo / "tinypkg").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text('[project]\nname = "tinypkg"\nversion = "0.1.0"\n[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n'
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
     (repo / "tinypkg" / "__init__.py").write_text("ANSWER = 1\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", ".")
@@ -152,9 +190,13 @@ def test_git_axis_records_the_exact_commit(tmp_path: Path, env_root: Path) -> No
     scenario.write_text("import tinypkg\nassert tinypkg.ANSWER == 2, tinypkg.ANSWER\n")
     matrix = _matrix(tmp_path / "m.toml", f'tinypkg = ["git+file://{repo}@main"]')
     db = tmp_path / "g.duckdb"
-    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress")
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
-    status, commits, installed = _rows(db, "SELECT o.status, c.git_commits, c.installed FROM outcomes o JOIN cells c USING (run_id, cell_id)")[0]
+    status, commits, installed = _rows(
+        db, "SELECT o.status, c.git_commits, c.installed FROM outcomes o JOIN cells c USING (run_id, cell_id)"
+    )[0]
     assert status == "pass"
     assert json.loads(commits) == {"tinypkg": head}
     assert json.loads(installed)["tinypkg"].endswith(f"@{head}")
@@ -167,24 +209,31 @@ def test_inherit_takes_the_base_interpreters_package_even_when_the_base_is_a_ven
     subprocess.run([uv_binary(), "venv", "-q", "--python", "3.11", str(base)], check=True)
     subprocess.run([uv_binary(), "pip", "install", "-q", "--python", str(base / "bin/python"), "packaging==23.2"], check=True)
     scenario = tmp_path / "where.py"
-    scenario.write_text(textwrap.dedent(f"""
+    scenario.write_text(
+        textwrap.dedent(f"""
         import packaging, importlib.metadata as m
         assert m.version("packaging") == "23.2", m.version("packaging")
         assert packaging.__file__.startswith({str(base)!r}), packaging.__file__
         import requests  # the env's own packages are installed as usual
-    """))
+    """)
+    )
     matrix = tmp_path / "m.toml"
     matrix.write_text(f'[matrix]\npython = "{base / "bin/python"}"\npreload = []\n[axes]\npackaging = ["inherit"]\nrequests = ["2.32.3"]\n')
     db = tmp_path / "i.duckdb"
-    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress")
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
-    status, message, inherited, installed = _rows(db, "SELECT o.status, o.message, c.inherited, c.installed FROM outcomes o JOIN cells c USING (run_id, cell_id)")[0]
+    status, message, inherited, installed = _rows(
+        db, "SELECT o.status, o.message, c.inherited, c.installed FROM outcomes o JOIN cells c USING (run_id, cell_id)"
+    )[0]
     assert status == "pass", message
     assert json.loads(inherited) == {"packaging": "23.2"}
     assert json.loads(installed)["packaging"] == "23.2"
 
 
 # -- nox ------------------------------------------------------------------------------------
+
 
 def test_nox_lists_every_cell_and_runs_exactly_one(tmp_path: Path, env_root: Path) -> None:
     scenario = tmp_path / "ok.py"
@@ -196,7 +245,12 @@ def test_nox_lists_every_cell_and_runs_exactly_one(tmp_path: Path, env_root: Pat
     assert listed.returncode == 0, listed.stderr
     assert "packaging23.2" in listed.stdout and "packaging24.0" in listed.stdout
     db = tmp_path / "n.duckdb"
-    ran = subprocess.run([*nox, "-s", "packaging24.0", "--", "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"],
-                         capture_output=True, text=True, env=env, cwd=REPO)
+    ran = subprocess.run(
+        [*nox, "-s", "packaging24.0", "--", "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert ran.returncode == 0, ran.stderr + ran.stdout
     assert _rows(db, "SELECT cell_id, status FROM outcomes") == [("packaging24.0", "pass")]

@@ -279,28 +279,24 @@ INVALID = [
         "[matrix]\ntimeout = true\n" + AXES_OK,
         ["[matrix] timeout = True has the wrong type"],
         id="timeout-bool",
-
     ),
     pytest.param(
         # scenario names must be strings; select() later crashes with AttributeError on 1.endswith
         "[matrix]\nscenarios = [1, 2]\n" + AXES_OK,
         ["[matrix] scenarios"],
         id="scenarios-list-of-ints",
-
     ),
     pytest.param(
         # true is not a count of releases
         '[axes]\ntorch = [{specifier = ">=2", limit = true}]\n',
         ["limit = True"],
         id="limit-bool",
-
     ),
     pytest.param(
         # two mistakes in one specifier table: both must be reported
         '[axes]\ntorch = [{specifier = ">=2", pick = "latest", limit = -1}]\n',
         ["pick = 'latest'", "limit = -1"],
         id="table-two-mistakes",
-
     ),
 ]
 
@@ -321,7 +317,6 @@ VALID_BUT_REJECTED = [
         "git+ssh://git@github.com/huggingface/transformers@v5.6.2",
         AxisEntry("git", "git+ssh://git@github.com/huggingface/transformers@v5.6.2"),
         id="git-ssh-user-and-ref",
-
     ),
 ]
 
@@ -492,7 +487,6 @@ EXCLUDES = [
             "torch2.13.0-tf5.23.0-acc1.15.0",
         ],
         id="equal-version-spelled-differently",
-
     ),
 ]
 
@@ -582,7 +576,6 @@ REQUIREMENTS = [
         Candidate("transformers", "git", "git+ssh://git@github.com/huggingface/transformers", SHA),
         f"transformers @ git+ssh://git@github.com/huggingface/transformers@{SHA}",
         id="git-ssh-user-no-ref",
-
     ),
 ]
 
@@ -618,7 +611,6 @@ LABELS = [
         Candidate("transformers", "git", "git+ssh://git@github.com/huggingface/transformers"),
         "tf-git-HEAD",
         id="git-ssh-user-no-ref",
-
     ),
 ]
 

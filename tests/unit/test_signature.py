@@ -293,7 +293,11 @@ MASKS = [
     ("TypeError", "Tensor.item() is not allowed", "Tensor.item() is not allowed"),
     ("KeyError", "'model.layers.0.self_attn.q_proj.weight'", "<key>"),
     # the whole message is kept (a module repr spans many lines), whitespace folded
-    ("ValueError", "  first line\n   second   line\nthird line\nfourth line is kept", "first line second line third line fourth line is kept"),
+    (
+        "ValueError",
+        "  first line\n   second   line\nthird line\nfourth line is kept",
+        "first line second line third line fourth line is kept",
+    ),
     ("ValueError", "", ""),
 ]
 
