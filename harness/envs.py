@@ -161,19 +161,6 @@ def _site_packages(python: str) -> list[str]:
     return json.loads(proc.stdout) if proc.returncode == 0 else []
 
 
-def _base_versions(python: str, packages: list[str]) -> dict[str, str]:
-    code = (
-        "import json, sys, importlib.metadata as m\n"
-        "out = {}\n"
-        "for p in sys.argv[1:]:\n"
-        "    try: out[p] = m.version(p)\n"
-        "    except m.PackageNotFoundError: pass\n"
-        "print(json.dumps(out))"
-    )
-    proc = _run([python, "-c", code, *packages])
-    return json.loads(proc.stdout) if proc.returncode == 0 else {}
-
-
 def _stub_wheel(folder: Path, package: str, version: str) -> None:
     """A metadata-only wheel: the resolver sees `package==version` as installable and installed."""
     dist = re.sub(r"[-_.]+", "_", package)
@@ -192,25 +179,88 @@ def _stub_wheel(folder: Path, package: str, version: str) -> None:
         whl.writestr(f"{info}/RECORD", record)
 
 
-def _inherit(location: Path, request: EnvRequest, stub_dir: Path) -> tuple[dict[str, str], list[str], str]:
-    """Link the base's site-packages in and stub the inherited dists; returns (versions, pins, error)."""
-    base_python = (
-        request.python
-        if os.path.sep in request.python
-        else (shutil.which(f"python{request.python}") or shutil.which(request.python) or request.python)
+@dataclass
+class Base:
+    """The interpreter cells inherit from: every distribution it has, and where they live."""
+
+    python: str
+    freeze: dict[str, str]  # canonical name -> version
+    site: list[str] = field(default_factory=list)
+
+
+def base_python_path(python: str) -> str:
+    if os.path.sep in python:
+        return python
+    return shutil.which(f"python{python}") or shutil.which(python) or python
+
+
+def describe_base(python: str) -> Base:
+    code = (
+        "import json, sysconfig, importlib.metadata as m\n"
+        "dists = {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}\n"
+        "site = sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})\n"
+        "print(json.dumps({'freeze': dists, 'site': site}))"
     )
-    versions = _base_versions(base_python, request.inherit)
-    missing = [p for p in request.inherit if p not in versions]
+    proc = _run([python, "-c", code])
+    data = json.loads(proc.stdout) if proc.returncode == 0 else {"freeze": {}, "site": []}
+    freeze = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in data["freeze"].items()}
+    return Base(python, freeze, data["site"])
+
+
+def base_from_freeze(text: str, python: str = "") -> Base:
+    """A base described by `pip freeze` output (a runner seen from a machine that prepares wheels)."""
+    return Base(python, {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in parse_freeze(text).items() if "://" not in v})
+
+
+def base_inputs(request: EnvRequest, base: Base, stub_dir: Path) -> tuple[dict[str, str], list[str], str, str]:
+    """(inherited versions, pins, preferences, error) for resolving against a base.
+
+    Inherited axes are pinned to the base's version. Every other distribution of the base is a
+    metadata-only stub the resolver may pick and is told to prefer, so a cell installs only what
+    differs from the base; the rest is imported from the base through the `.pth` file.
+    """
+    names = [re.sub(r"[-_.]+", "-", p).lower() for p in request.inherit]
+    versions = {p: base.freeze[n] for p, n in zip(request.inherit, names) if n in base.freeze}
+    missing = [p for p, n in zip(request.inherit, names) if n not in base.freeze]
     if missing:
-        return versions, [], f"inherit: the base interpreter {base_python} has no {', '.join(missing)}"
+        return versions, [], "", f"inherit: the base interpreter {base.python} has no {', '.join(missing)}"
+    for package, version in base.freeze.items():
+        _stub_wheel(stub_dir, package, version)
+    preferences = "".join(f"{p}=={v}\n" for p, v in sorted(base.freeze.items()))
+    return versions, [f"{p}=={v}" for p, v in versions.items()], preferences, ""
+
+
+def link_base(location: Path, base: Base) -> None:
     env_site = _site_packages(str(_python_in(location)))
-    base_site = [p for p in _site_packages(base_python) if p not in env_site]
+    base_site = [p for p in base.site if p not in env_site]
     if env_site:
         # .pth lines are appended after the env's own site-packages: the env's packages win.
         Path(env_site[0], "_harness_inherit.pth").write_text("\n".join(base_site) + "\n")
-    for package, version in versions.items():
-        _stub_wheel(stub_dir, package, version)
-    return versions, [f"{p}=={v}" for p, v in versions.items()], ""
+
+
+def compile_lock(
+    uv: str, request: EnvRequest, target: list[str], lock: Path, stub_dir: Path | None, pins: list[str], preferences: str
+) -> subprocess.CompletedProcess[str]:
+    """Resolve the cell's requirements into `lock`. `target` is `--python X` or a platform/version pair."""
+    # uv treats what an existing output file pins as preferences: the base's versions.
+    lock.write_text(preferences)
+    extra_links = [str(stub_dir)] if stub_dir else []
+    return _run(
+        [
+            uv,
+            "pip",
+            "compile",
+            "-",
+            "-o",
+            str(lock),
+            *target,
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            *_index_args(request, extra_links),
+        ],
+        stdin="\n".join(request.requirements + pins) + "\n",
+    )
 
 
 def resolve_failure_status(message: str) -> str:
@@ -270,24 +320,27 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             seconds=time.monotonic() - started,
         )
     python = str(_python_in(location))
+    inherited: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="harness-stubs-") as stubs:
-        inherited, pins, error = _inherit(location, request, Path(stubs)) if request.inherit else ({}, [], "")
-        if error:
-            return EnvResult("install_failed", location, python, inherited=inherited, message=error, seconds=time.monotonic() - started)
-        extra_links = [stubs] if request.inherit else []
-        index_args = _index_args(request, extra_links)
-        compiled = _run(
-            [uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", *index_args],
-            stdin="\n".join(request.requirements + pins) + "\n",
-        )
+        stub_dir: Path | None = None
+        pins: list[str] = []
+        preferences = ""
+        if request.inherit:
+            base = describe_base(base_python_path(request.python))
+            inherited, pins, preferences, error = base_inputs(request, base, Path(stubs))
+            if error:
+                return EnvResult("install_failed", location, python, inherited=inherited, message=error, seconds=time.monotonic() - started)
+            link_base(location, base)
+            stub_dir = Path(stubs)
+        lock = location / "harness-requirements.txt"
+        compiled = compile_lock(uv, request, ["--python", python], lock, stub_dir, pins, preferences)
         if compiled.returncode != 0:
             message = _clean(compiled.stderr)
             return EnvResult(
                 resolve_failure_status(message), location, python, inherited=inherited, message=message, seconds=time.monotonic() - started
             )
-        lock = location / "harness-requirements.txt"
-        lock.write_text(compiled.stdout)
-        synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *index_args])
+        extra_links = [stubs] if stub_dir else []
+        synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *_index_args(request, extra_links)])
         if synced.returncode != 0:
             return EnvResult(
                 "install_failed", location, python, inherited=inherited, message=_clean(synced.stderr), seconds=time.monotonic() - started

@@ -207,7 +207,7 @@ def test_inherit_takes_the_base_interpreters_package_even_when_the_base_is_a_ven
 
     base = tmp_path / "base"
     subprocess.run([uv_binary(), "venv", "-q", "--python", "3.11", str(base)], check=True)
-    subprocess.run([uv_binary(), "pip", "install", "-q", "--python", str(base / "bin/python"), "packaging==23.2"], check=True)
+    subprocess.run([uv_binary(), "pip", "install", "-q", "--python", str(base / "bin/python"), "packaging==23.2", "idna==3.6"], check=True)
     scenario = tmp_path / "where.py"
     scenario.write_text(
         textwrap.dedent(f"""
@@ -230,6 +230,7 @@ def test_inherit_takes_the_base_interpreters_package_even_when_the_base_is_a_ven
     assert status == "pass", message
     assert json.loads(inherited) == {"packaging": "23.2"}
     assert json.loads(installed)["packaging"] == "23.2"
+    assert json.loads(installed)["idna"] == "3.6"  # preferred from the base, not the newest release
 
 
 # -- nox ------------------------------------------------------------------------------------
