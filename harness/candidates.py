@@ -226,9 +226,12 @@ def inherited_version(python: str, package: str) -> str | None:
     return proc.stdout.strip() or None
 
 
-def _candidates_for(package: str, entry: AxisEntry, index: PackageIndex, base_python: str, problems: list[str]) -> list[Candidate]:
+def _candidates_for(
+    package: str, entry: AxisEntry, index: PackageIndex, base_python: str, problems: list[str], base_freeze: Mapping[str, str] | None = None
+) -> list[Candidate]:
     if entry.kind == "inherit":
-        if inherited_version(base_python, package) is None:
+        has = (package in base_freeze) if base_freeze is not None else inherited_version(base_python, package) is not None
+        if not has:
             problems.append(f"axis {package!r}: inherit, but {base_python} has no {package}; install it there or pin a version")
         return [Candidate(package, "inherit")]
     if entry.kind == "git":
@@ -282,7 +285,9 @@ class ResolvedMatrix:
     cells: list[Cell]
 
 
-def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None) -> ResolvedMatrix:
+def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None, base_freeze: Mapping[str, str] | None = None) -> ResolvedMatrix:
+    """Check every axis entry and expand the cells. `base_freeze` stands in for a base
+    interpreter that lives elsewhere (a runner seen from the machine preparing its wheels)."""
     index = index or index_for(spec.settings)
     problems: list[str] = list(spec.problems)
     axes: dict[str, list[Candidate]] = {}
@@ -292,7 +297,7 @@ def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None) -> Resol
         for entry in entries:
             key = (package, entry)
             if key not in resolved:
-                resolved[key] = _candidates_for(package, entry, index, spec.settings.python, problems)
+                resolved[key] = _candidates_for(package, entry, index, spec.settings.python, problems, base_freeze)
             cands.extend(c for c in resolved[key] if c not in cands)
         axes[package] = cands
     includes = []
@@ -304,7 +309,7 @@ def resolve_matrix(spec: MatrixSpec, index: PackageIndex | None = None) -> Resol
                 continue
             key = (package, parsed)
             if key not in resolved:
-                resolved[key] = _candidates_for(package, parsed, index, spec.settings.python, problems)
+                resolved[key] = _candidates_for(package, parsed, index, spec.settings.python, problems, base_freeze)
             if resolved[key]:
                 chosen[package] = resolved[key][0]
         includes.append(chosen)

@@ -17,7 +17,7 @@ from harness.envs import EnvResult
 from harness.errors import EXIT_OK, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
-from harness.store import Store
+from harness.shardfile import open_store
 from harness.summary import render
 
 DEFAULT_MATRIX = Path("matrix.toml")
@@ -87,7 +87,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
     )
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         reporter = None if args.no_progress or args.json else ProgressReporter(console)
         if not args.json:
             console.print(
@@ -124,7 +124,7 @@ def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
-    with Store(args.db, read_only=True) as store:
+    with open_store(args.db, read_only=True) as store:
         rows = store.outcomes(args.run_id or None)
     render(rows, console, title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""))
     return EXIT_OK
@@ -144,10 +144,79 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
+    p = sub.add_parser("merge", help="combine results files (.jsonl shards, .duckdb) into one DuckDB store, without duplicates")
+    p.add_argument("sources", nargs="+", type=Path, help="results files to bring in")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="the DuckDB store to merge into (default: results/compat.duckdb)")
+    p = sub.add_parser("wheelhouse", help="download every wheel the matrix's cells need on an offline runner")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    p.add_argument("--out", type=Path, default=Path(".wheelhouse"), help="folder for the wheels (default: .wheelhouse)")
+    p.add_argument("--python-version", default="3.12", help="the runner's Python (default: 3.12)")
+    p.add_argument(
+        "--platform", default="x86_64-manylinux_2_28", help="the runner's platform, as uv names it (default: x86_64-manylinux_2_28)"
+    )
+    p.add_argument("--base-freeze", type=Path, default=None, help="the runner base interpreter's `pip freeze` (needed for inherit axes)")
+    p.add_argument("--base-python", default="", help="path of that interpreter on the runner (recorded only)")
+    p.add_argument("--bnb-keep", nargs="*", default=None, help="slim bitsandbytes wheels to these native libraries, e.g. cuda130")
+    p.add_argument("--no-tools", action="store_true", help="do not add the harness's own runner tools (uv)")
     return parser
 
 
-COMMANDS = {"sweep": _cmd_sweep, "list": _cmd_list, "scenarios": _cmd_scenarios, "summary": _cmd_summary}
+def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
+    from harness.errors import BadInput
+    from harness.shardfile import read_records
+    from harness.store import Store
+
+    missing = [str(p) for p in args.sources if not p.is_file()]
+    if missing:
+        raise BadInput(f"no such results file(s): {', '.join(missing)}; pass .jsonl shards or .duckdb files")
+    with Store(args.db) as store:
+        for source in args.sources:
+            added = store.merge_records(read_records(source)) if source.suffix == ".jsonl" else store.merge_database(source)
+            console.print(f"{source}: {added} outcome(s) added")
+        console.print(f"{args.db}: {store.count('outcomes')} outcome(s), {store.duplicate_keys()} duplicate key(s)")
+    return EXIT_OK
+
+
+def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
+    from harness.candidates import resolve_matrix
+    from harness.envs import base_from_freeze
+    from harness.errors import BadInput
+    from harness.wheelhouse import build_wheelhouse
+
+    base = None
+    if args.base_freeze:
+        if not args.base_freeze.is_file():
+            raise BadInput(f"--base-freeze {str(args.base_freeze)!r} does not exist; save the runner's `python -m pip freeze` there")
+        base = base_from_freeze(args.base_freeze.read_text(), args.base_python)
+    spec = load_matrix(args.matrix, lenient=True)
+    # Resolve here against the index; the runner's own settings (no_index, its wheelhouse) apply there.
+    spec.settings.no_index = False
+    spec.settings.find_links = [f for f in spec.settings.find_links if Path(f).is_dir() and Path(f).resolve() != args.out.resolve()]
+    resolved = resolve_matrix(spec, base_freeze=base.freeze if base else None)
+    report = build_wheelhouse(
+        resolved,
+        args.out,
+        python_version=args.python_version,
+        platform=args.platform,
+        base=base,
+        keep_bnb=set(args.bnb_keep) if args.bnb_keep else None,
+        runner_tools=not args.no_tools,
+    )
+    for cell, status in report.cells.items():
+        console.print(f"{cell}: {status}")
+    size = sum(p.stat().st_size for p in args.out.glob("*.whl")) / 2**20
+    console.print(f"{len(report.downloaded)} wheel(s) in {args.out} ({size:.1f} MiB); slimmed: {', '.join(report.slimmed) or 'none'}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "sweep": _cmd_sweep,
+    "list": _cmd_list,
+    "scenarios": _cmd_scenarios,
+    "summary": _cmd_summary,
+    "merge": _cmd_merge,
+    "wheelhouse": _cmd_wheelhouse,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -66,3 +66,19 @@ class Outcome:
         values = dict(data)
         values["status"] = Status(values["status"])
         return cls(**values)
+
+
+@dataclass
+class CellRecord:
+    run_id: str
+    cell_id: str
+    python: str
+    versions: dict[str, str]
+    requirements: list[str]
+    freeze: dict[str, str]
+    inherited: dict[str, str]
+    git_commits: dict[str, str]
+    env_status: str
+    env_message: str
+    env_seconds: float
+    env_reused: bool

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import duckdb
 
 from harness.errors import StoreError
-from harness.outcome import Outcome
+from harness.outcome import CellRecord, Outcome
 
 AXIS_COLUMNS = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
 
@@ -97,22 +96,6 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)  # naive UTC: TIMESTAMPTZ would need pytz
-
-
-@dataclass
-class CellRecord:
-    run_id: str
-    cell_id: str
-    python: str
-    versions: dict[str, str]
-    requirements: list[str]
-    freeze: dict[str, str]
-    inherited: dict[str, str]
-    git_commits: dict[str, str]
-    env_status: str
-    env_message: str
-    env_seconds: float
-    env_reused: bool
 
 
 class Store:
@@ -239,6 +222,46 @@ class Store:
             ],
         )
         return True
+
+    # -- merging ----------------------------------------------------------------------------
+    def merge_records(self, records: Iterable[dict[str, Any]]) -> int:
+        """Bring a JSON-lines shard in; returns the outcomes added (existing keys are kept)."""
+        added = 0
+        for rec in records:
+            kind = rec.get("type")
+            if kind == "run":
+                self.ensure_run(
+                    rec["run_id"],
+                    rec.get("matrix_path", ""),
+                    rec.get("matrix_text", ""),
+                    rec.get("settings", {}),
+                    rec.get("harness_version", ""),
+                    rec.get("host", {}),
+                )
+            elif kind == "cell":
+                fields = {k: v for k, v in rec.items() if k != "type"}
+                self.record_cell(CellRecord(**fields))
+            elif kind == "outcome":
+                fields = {k: v for k, v in rec.items() if k != "type"}
+                added += self.add_outcome(Outcome.from_dict(fields))
+        return added
+
+    def merge_database(self, path: Path) -> int:
+        """Bring another DuckDB results file in, in one transaction; returns the outcomes added."""
+        before = self.count("outcomes")
+        self.con.execute("ATTACH ? AS other (READ_ONLY)", [str(path)])
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            self.con.execute("INSERT INTO runs SELECT * FROM other.runs ON CONFLICT DO NOTHING")
+            self.con.execute("INSERT OR REPLACE INTO cells SELECT * FROM other.cells")
+            self.con.execute("INSERT INTO outcomes SELECT * FROM other.outcomes ON CONFLICT DO NOTHING")
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        finally:
+            self.con.execute("DETACH other")
+        return self.count("outcomes") - before
 
     # -- reads ----------------------------------------------------------------------------
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:

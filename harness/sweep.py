@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from harness import __version__, hostinfo
 from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
@@ -22,11 +22,10 @@ from harness.catalog import Scenario, applicability, select
 from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
 from harness.matrix import Cell, MatrixSpec, load_matrix
-from harness.outcome import Outcome, Status
+from harness.outcome import CellRecord, Outcome, Status
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.signature import status_signature
-from harness.store import CellRecord, Store
 from harness.verdict import interpret
 
 
@@ -54,6 +53,17 @@ class SweepPlan:
     cells: list[Cell]
     run_id: str
     matrix_text: str
+
+
+class ResultStore(Protocol):
+    """What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`)."""
+
+    def ensure_run(
+        self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]
+    ) -> None: ...
+    def record_cell(self, rec: CellRecord) -> None: ...
+    def add_outcome(self, outcome: Outcome) -> bool: ...
+    def done_keys(self, run_id: str) -> set[tuple[str, str, int]]: ...
 
 
 class Reporter(Protocol):
@@ -132,7 +142,7 @@ def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str
 
 class Sweep:
     def __init__(
-        self, plan: SweepPlan, store: Store, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
+        self, plan: SweepPlan, store: ResultStore, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.plan = plan
         self.store = store
