@@ -255,3 +255,70 @@ def test_nox_lists_every_cell_and_runs_exactly_one(tmp_path: Path, env_root: Pat
     )
     assert ran.returncode == 0, ran.stderr + ran.stdout
     assert _rows(db, "SELECT cell_id, status FROM outcomes") == [("packaging24.0", "pass")]
+
+
+# -- timeouts kill the whole process group ------------------------------------------------
+
+
+def test_timeout_kills_grandchildren_too(tmp_path: Path, env_root: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    scenario = tmp_path / "spawner.py"
+    scenario.write_text(
+        textwrap.dedent(f"""
+        import subprocess, time
+        TIMEOUT = 3
+        child = subprocess.Popen(["sleep", "600"])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """)
+    )
+    matrix = _matrix(tmp_path / "m.toml", 'packaging = ["24.0"]')
+    db = tmp_path / "t.duckdb"
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _rows(db, "SELECT status FROM outcomes") == [("timeout",)]
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # a zombie reaped by init is gone soon; a live `sleep 600` would stay
+        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"grandchild {pid} survived the timeout")
+
+
+# -- period-correct resolution ---------------------------------------------------------------
+
+
+def test_period_resolution_gets_the_transitive_deps_of_the_time(tmp_path: Path, env_root: Path) -> None:
+    scenario = tmp_path / "ok.py"
+    scenario.write_text("print('ok')\n")
+    # packaging 20.0 (January 2020) depends on pyparsing with no upper bound: today that is
+    # pyparsing 3.x, in January 2020 it was 2.4.x
+    db = tmp_path / "p.duckdb"
+    for extra, name in (('exclude_newer = "period"', "period"), ("", "latest")):
+        matrix = _matrix(tmp_path / f"{name}.toml", 'packaging = ["20.0"]', extra)
+        proc = run_cli(
+            "sweep",
+            "--matrix",
+            str(matrix),
+            "--db",
+            str(db),
+            "--env-root",
+            str(env_root),
+            "--scenario",
+            str(scenario),
+            "--no-progress",
+            "--run-id",
+            name,
+        )
+        assert proc.returncode == 0, proc.stderr
+    found = dict(_rows(db, "SELECT run_id, installed->>'pyparsing' FROM cells"))
+    assert found["period"].startswith("2.4."), found
+    assert int(found["latest"].split(".")[0]) >= 3, found
