@@ -130,6 +130,57 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_attribute(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "attribute",
+        help="for each failure and library, the release that introduced it and the one that fixed it (others held fixed)",
+        description="For every failure signature and every axis, the transitions while the other axes stay fixed: "
+        "'introduced in transformers X, fixed in Y'. Stored in the file's `transitions` table; see docs/attribution.md.",
+    )
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--run-id", default="", help="only this run's outcomes (default: every run in the file)")
+    p.add_argument("--scenario", action="append", default=[], help="only this scenario (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per transition and flaky cell instead of the tables")
+
+
+def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
+    from harness.attribution import attribute, seen_versions, to_rows
+    from harness.errors import BadInput
+    from harness.store import Store
+    from harness.summary import render_transitions
+
+    db = str(args.db)
+    if args.db.suffix == ".jsonl":
+        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
+    if not args.db.exists():
+        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    with Store(args.db) as store:  # read-write: the transitions are stored next to the outcomes
+        rows = store.outcomes(args.run_id or None)
+        if not rows:
+            raise BadInput(f"no outcomes in {db!r}" + (f" for run {args.run_id!r}; see `harness summary --db {db}`" if args.run_id else ""))
+        known = seen_versions(rows)  # every scenario's versions: a gap on this line may be tested elsewhere
+        if args.scenario:
+            stored = sorted({r["scenario"] for r in rows})
+            unknown = [s for s in args.scenario if s not in stored]
+            if unknown:
+                raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {', '.join(stored)}")
+            rows = [r for r in rows if r["scenario"] in args.scenario]
+        result = attribute(rows, known_versions=known)
+        store.replace_transitions(to_rows(result, args.run_id), scope=args.run_id, scenarios=args.scenario)
+    if args.json:
+        for item in [*(t.to_dict() for t in result.transitions), *(f.to_dict() for f in result.flaky)]:
+            print(json.dumps(item))
+        return EXIT_OK
+    render_transitions(result.transitions, console, result.flaky)
+    if not result.transitions:
+        console.print("no transitions: no failure changes between neighbouring versions of an axis with the other axes held fixed")
+    console.print(
+        f"{len(result.transitions)} transition(s), {len(result.flaky)} flaky cell(s) from {len(rows)} outcome(s); "
+        f"stored in {db} (table transitions)"
+    )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harness", description="Version-matrix compatibility harness for torch, transformers, accelerate, peft and bitsandbytes."
@@ -144,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
+    _add_attribute(sub)
     p = sub.add_parser("merge", help="combine results files (.jsonl shards, .duckdb) into one DuckDB store, without duplicates")
     p.add_argument("sources", nargs="+", type=Path, help="results files to bring in")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="the DuckDB store to merge into (default: results/compat.duckdb)")
@@ -158,6 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-python", default="", help="path of that interpreter on the runner (recorded only)")
     p.add_argument("--bnb-keep", nargs="*", default=None, help="slim bitsandbytes wheels to these native libraries, e.g. cuda130")
     p.add_argument("--no-tools", action="store_true", help="do not add the harness's own runner tools (uv)")
+    p = sub.add_parser("bisect", help="find the release or commit of one library that breaks or fixes a scenario")
+    p.add_argument("--scenario", required=True, help="scenario name or path")
+    p.add_argument("--axis", required=True, help="the library to bisect, e.g. accelerate")
+    p.add_argument("--good", default="", help="a release (or git ref with --git) where the scenario passes")
+    p.add_argument("--bad", default="", help="a release (or git ref) where it fails; older than --good to find a fix")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for settings and the other axes (default: matrix.toml)")
+    p.add_argument("--cell", default="", help="take the other axes from this cell of the matrix (default: its first cell)")
+    p.add_argument("--pin", action="append", default=[], help="pin another axis, e.g. --pin transformers=5.6.2 (repeatable)")
+    p.add_argument("--git", default="", help="bisect commits of this repository (a local clone or URL) between --good and --bad refs")
+    p.add_argument("--repeat", type=int, default=1, help="runs per candidate (flaky scenarios)")
+    p.add_argument("--allowed-failures", type=int, default=0, help="a candidate is good if at most this many of its runs fail")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
     return parser
 
 
@@ -209,13 +274,57 @@ def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _parse_pins(pins: list[str]) -> dict[str, str]:
+    from harness.errors import BadInput
+
+    out = {}
+    for pin in pins:
+        if "=" not in pin:
+            raise BadInput(f"--pin {pin!r} must look like package=version, e.g. transformers=5.6.2")
+        name, version = pin.split("=", 1)
+        out[name.strip().lower()] = version.strip().lstrip("=")
+    return out
+
+
+def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
+    from harness.bisecting import BisectOptions, describe, run_bisect
+    from harness.store import Store
+
+    options = BisectOptions(
+        args.scenario,
+        args.axis,
+        args.good,
+        args.bad,
+        args.matrix,
+        args.db,
+        args.cell,
+        _parse_pins(args.pin),
+        args.git,
+        args.repeat,
+        args.allowed_failures,
+        args.env_root,
+    )
+
+    def show(probe: object, remaining: int) -> None:
+        p = probe  # a bisect.Probe
+        console.print(f"  probe {p.candidate}: {p.verdict.value}" + (f" ({p.detail})" if p.detail else "") + f"  [{remaining} left]")  # type: ignore[attr-defined]
+
+    with Store(args.db) as store:
+        run = run_bisect(options, store, on_probe=show)
+    console.print(f"[bold]{describe(run, args.axis)}[/]")
+    console.print(f"{len(run.result.probes)} probe(s), {run.built} environment(s) built; outcomes stored under run {run.run_id}")
+    return EXIT_OK
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
     "scenarios": _cmd_scenarios,
     "summary": _cmd_summary,
+    "attribute": _cmd_attribute,
     "merge": _cmd_merge,
     "wheelhouse": _cmd_wheelhouse,
+    "bisect": _cmd_bisect,
 }
 
 

@@ -91,6 +91,31 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         LEFT JOIN runs r USING (run_id);
         """,
     ),
+    (
+        # IF NOT EXISTS: a migration re-applied after its record was lost must not fail.
+        "0003_transitions",
+        """
+        CREATE TABLE IF NOT EXISTS transitions (
+            scope TEXT NOT NULL,        -- the run id the outcomes came from; '' for all runs
+            scenario TEXT NOT NULL,
+            signature TEXT NOT NULL,
+            signature_family TEXT,
+            axis TEXT NOT NULL,         -- '' for a flaky cell
+            kind TEXT NOT NULL,         -- introduced | fixed | flaky
+            before TEXT,                -- last candidate on the old side
+            after TEXT,                 -- first candidate on the new side
+            untested JSON,              -- known versions between them never tried on this line
+            inconclusive JSON,          -- tried between them, but said nothing (n/a, flaky, ...)
+            held JSON,                  -- the other axes, held fixed (a flaky cell: all its axes)
+            before_cell TEXT,
+            after_cell TEXT,
+            runs JSON,
+            description TEXT,
+            seq INTEGER,                -- order within the scope: as attribution listed them
+            computed_at TIMESTAMP
+        );
+        """,
+    ),
 )
 
 
@@ -268,6 +293,13 @@ class Store:
         rows = self.con.execute("SELECT cell_id, scenario, repeat FROM outcomes WHERE run_id = ?", [run_id]).fetchall()
         return {(r[0], r[1], int(r[2])) for r in rows}
 
+    def statuses(self, cell_id: str, scenario: str) -> list[str]:
+        """Every stored status of one scenario in one cell, over all runs (bisection reuses them)."""
+        rows = self.con.execute(
+            "SELECT status FROM outcomes WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario]
+        ).fetchall()
+        return [r[0] for r in rows]
+
     def outcomes(self, run_id: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM outcomes_v"
         params: list[Any] = []
@@ -297,3 +329,73 @@ class Store:
         cur = self.con.execute(sql, list(params))
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    # -- transitions (attribution.py computes them; the dashboard reads them) ---------------
+    _TRANSITION_COLUMNS = (
+        "scope",
+        "scenario",
+        "signature",
+        "signature_family",
+        "axis",
+        "kind",
+        "before",
+        "after",
+        "untested",
+        "inconclusive",
+        "held",
+        "before_cell",
+        "after_cell",
+        "runs",
+        "description",
+    )
+    _TRANSITION_JSON = frozenset({"untested", "inconclusive", "held", "runs"})
+
+    def replace_transitions(self, rows: Iterable[dict[str, Any]], *, scope: str = "", scenarios: Sequence[str] = ()) -> int:
+        """Store freshly computed transitions in place of the old ones of the same scope, in one transaction.
+
+        scope: the run id they were computed from ("" for all runs). scenarios: replace only
+        these scenarios' rows (empty: every row of the scope). Returns the rows written.
+        """
+        delete = "DELETE FROM transitions WHERE scope = ?"
+        params: list[Any] = [scope]
+        if scenarios:
+            delete += f" AND scenario IN ({', '.join('?' for _ in scenarios)})"
+            params.extend(scenarios)
+        columns = self._TRANSITION_COLUMNS
+        insert = f"INSERT INTO transitions ({', '.join(columns)}, seq, computed_at) VALUES ({', '.join('?' for _ in columns)}, ?, ?)"
+        now = _now()
+        written = 0
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self.con.execute(delete, params)
+            for row in rows:
+                values = [json.dumps(row.get(c)) if c in self._TRANSITION_JSON else row.get(c) for c in columns]
+                values[0] = scope
+                self.con.execute(insert, [*values, written, now])
+                written += 1
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        return written
+
+    def transitions(self, scope: str | None = None) -> list[dict[str, Any]]:
+        """Stored transitions (JSON columns decoded), optionally of one scope, in a stable order.
+
+        A file opened read-only from before migration 0003 has no table yet: no transitions.
+        """
+        exists = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'transitions'").fetchone()
+        if not exists or not exists[0]:
+            return []
+        sql = "SELECT * FROM transitions"
+        params: list[Any] = []
+        if scope is not None:
+            sql += " WHERE scope = ?"
+            params.append(scope)
+        sql += " ORDER BY scope, scenario, seq"
+        rows = self._dicts(sql, params)
+        for row in rows:
+            for column in self._TRANSITION_JSON:
+                if isinstance(row.get(column), str):
+                    row[column] = json.loads(row[column])
+        return rows

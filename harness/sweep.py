@@ -154,6 +154,7 @@ class Sweep:
         self.find_links = expand_find_links(self.settings.find_links)
         self.libraries = tuple(plan.resolved.axes)
         self.timing = {"env_seconds": 0.0, "scenario_seconds": 0.0, "server_start_seconds": 0.0}
+        self.last_env_reused = False
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -179,6 +180,7 @@ class Sweep:
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
         env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
         self.timing["env_seconds"] += env.seconds
+        self.last_env_reused = env.reused
         requirements = [c.requirement() for c in cell.candidates]
         self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
         self.reporter.env_built(cell, env)

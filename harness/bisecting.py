@@ -1,0 +1,199 @@
+"""`harness bisect`: drive the pure search in `bisect.py` with real environments.
+
+Each probe is one cell (the other axes pinned from a matrix cell or flags, the bisected axis
+set to the candidate), built with the same `envs.build_env` a sweep uses, run with the same
+runner, and stored as ordinary outcomes under the run `bisect-<scenario>-<axis>`, so the
+dashboard shows the bisection. Outcomes already stored for a cell are reused.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from harness import __version__
+from harness.bisect import BisectResult, Probe, Verdict, bisect, repeat_verdict
+from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
+from harness.catalog import Scenario, select
+from harness.errors import BadInput
+from harness.matrix import Candidate, Cell, MatrixSpec, git_url_without_ref, load_matrix
+from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan
+
+_PR = re.compile(r"\(#(\d+)\)")
+
+
+@dataclass
+class BisectOptions:
+    scenario: str
+    axis: str
+    good: str = ""
+    bad: str = ""
+    matrix: Path = Path("matrix.toml")
+    db: Path = Path("results/compat.duckdb")
+    cell: str = ""  # pin the other axes from this cell of the matrix
+    pins: dict[str, str] = field(default_factory=dict)  # or from flags: package -> version
+    git: str = ""  # bisect commits of this repository (URL or local clone) instead of releases
+    repeat: int = 1
+    allowed_failures: int = 0
+    env_root: Path | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One candidate of the bisected axis: a release or a commit."""
+
+    value: str  # version or commit sha
+    subject: str = ""  # commit subject, for git steps
+
+    def __str__(self) -> str:
+        return f"{self.value[:12]} {self.subject}".strip() if self.subject else self.value
+
+
+def release_steps(index: PackageIndex, package: str, good: str, bad: str) -> list[Step]:
+    """Every final, non-yanked release between the ends (inclusive), ordered from good to bad."""
+    low, high = sorted((Version(good), Version(bad)))
+    releases = sorted(r.version for r in index.releases(package).values() if not r.yanked and not r.version.is_prerelease)
+    between = [v for v in releases if low <= v <= high]
+    for end in (good, bad):
+        if Version(end) not in between:
+            raise BadInput(f"{package} {end} is not a release on the index; pick --good/--bad among the releases")
+    ordered = between if Version(good) < Version(bad) else list(reversed(between))
+    return [Step(str(v)) for v in ordered]
+
+
+def git_steps(repo: str, good: str, bad: str) -> list[Step]:
+    """First-parent commits from `good` to `bad` (both ends included), good end first."""
+    older, newer = (good, bad) if _is_ancestor(repo, good, bad) else (bad, good)
+    log = _git(repo, "log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{older}..{newer}")
+    commits = [Step(*line.split("\t", 1)) for line in log.splitlines() if "\t" in line]
+    start = Step(_git(repo, "rev-parse", f"{older}^{{commit}}").strip(), _git(repo, "log", "-1", "--format=%s", older).strip())
+    steps = [start, *commits]
+    return steps if older == good else list(reversed(steps))
+
+
+def _git(repo: str, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BadInput(f"git {' '.join(args)} failed in {repo!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+    return proc.stdout
+
+
+def _is_ancestor(repo: str, a: str, b: str) -> bool:
+    return subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", a, b], capture_output=True).returncode == 0
+
+
+def pr_number(subject: str) -> str:
+    match = _PR.search(subject)
+    return match.group(1) if match else ""
+
+
+def _base_cell(resolved: ResolvedMatrix, options: BisectOptions) -> Cell:
+    if options.cell:
+        cells = {c.id: c for c in resolved.cells}
+        if options.cell not in cells:
+            raise BadInput(f"unknown cell id {options.cell!r}; list them with `harness list --matrix {options.matrix}`")
+        base = cells[options.cell]
+    else:
+        base = resolved.cells[0]
+    candidates = [
+        Candidate(p, "version", options.pins[p]) if p in options.pins else c for p, c in ((c.package, c) for c in base.candidates)
+    ]
+    known = {c.package for c in candidates}
+    candidates += [Candidate(p, "version", v) for p, v in options.pins.items() if p not in known]
+    if options.axis not in {c.package for c in candidates}:
+        candidates.append(Candidate(options.axis, "version", "0"))  # placeholder, replaced per probe
+    return Cell(tuple(candidates), base.python)
+
+
+def with_step(cell: Cell, axis: str, step: Step, repo: str) -> Cell:
+    def swap(c: Candidate) -> Candidate:
+        if c.package != axis:
+            return c
+        if repo:
+            url = repo if "://" in repo else Path(repo).resolve().as_uri()
+            return Candidate(axis, "git", f"git+{git_url_without_ref(url) if url.startswith('git+') else url}@{step.value}", step.value)
+        return Candidate(axis, "version", step.value)
+
+    return Cell(tuple(swap(c) for c in cell.candidates), cell.python)
+
+
+@dataclass
+class BisectRun:
+    result: BisectResult[Step]
+    fix: bool  # True when the good end is newer: the answer is the first fixed candidate
+    run_id: str
+    built: int  # environments built (not reused) during the bisection
+
+
+def run_bisect(
+    options: BisectOptions, store: object, reporter: Reporter | None = None, on_probe: Callable[[Probe[Step], int], None] | None = None
+) -> BisectRun:
+    spec: MatrixSpec = load_matrix(options.matrix, lenient=True)
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index)
+    scenarios: list[Scenario] = select([options.scenario])
+    if not options.good or not options.bad:
+        raise BadInput("pass both --good and --bad (a release or git ref for each end)")
+    steps = (
+        git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)
+    )
+    fix = _is_fix(options, steps)
+    base = _base_cell(resolved, options)
+    run_id = f"bisect-{scenarios[0].name}-{options.axis}"
+    spec.settings.repeats = options.repeat
+    plan = SweepPlan(
+        SweepOptions(options.matrix, options.db, env_root=options.env_root),
+        spec,
+        resolved,
+        index,
+        scenarios,
+        [],
+        run_id,
+        options.matrix.read_text(),
+    )
+    sweep = Sweep(plan, store, reporter)  # type: ignore[arg-type]
+    sweep.store.ensure_run(run_id, str(options.matrix), plan.matrix_text, {}, __version__, sweep.host)
+    built = 0
+
+    def probe(step: Step) -> Verdict:
+        nonlocal built
+        cell = with_step(base, options.axis, step, options.git)
+        stored = store.statuses(cell.id, scenarios[0].name)  # type: ignore[attr-defined]
+        if len(stored) < options.repeat:
+            todo = [
+                (scenarios[0], r) for r in range(options.repeat) if (cell.id, scenarios[0].name, r) not in sweep.store.done_keys(run_id)
+            ]
+            sweep.run_cell(cell, todo)
+            built += 0 if sweep.last_env_reused else 1
+            stored = store.statuses(cell.id, scenarios[0].name)  # type: ignore[attr-defined]
+        return repeat_verdict(stored[-options.repeat :], options.allowed_failures)
+
+    class _Handler:
+        def probed(self, p: Probe[Step], remaining: int) -> None:
+            if on_probe:
+                on_probe(p, remaining)
+
+    result = bisect(steps, probe, handler=_Handler())
+    return BisectRun(result, fix, run_id, built)
+
+
+def _is_fix(options: BisectOptions, steps: list[Step]) -> bool:
+    if options.git:
+        return not _is_ancestor(options.git, options.good, options.bad)
+    return Version(options.good) > Version(options.bad)
+
+
+def describe(run: BisectRun, axis: str) -> str:
+    r = run.result
+    answer, other = (r.last_good, r.first_bad) if run.fix else (r.first_bad, r.last_good)
+    verb, other_word = ("fixed in", "still failing in") if run.fix else ("broken in", "last good")
+    pr = pr_number(answer.subject)
+    line = f"{verb} {axis} {answer}" + (f" (PR #{pr})" if pr and f"#{pr}" not in str(answer) else "") + f"; {other_word} {other}"
+    if r.undecided:
+        line += f"; undecided (could not build or run): {', '.join(str(s) for s in r.undecided)}"
+    return line
