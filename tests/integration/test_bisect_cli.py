@@ -80,7 +80,8 @@ def test_git_bisect_names_the_fixing_commit_and_its_pr(tmp_path: Path, env_root:
     repo = tmp_path / "tinypkg"
     (repo / "tinypkg").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n'
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
     )
     _git(repo, "init", "-q", "-b", "main")
     shas = {}
