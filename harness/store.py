@@ -277,9 +277,10 @@ class Store:
         self.con.execute("ATTACH ? AS other (READ_ONLY)", [str(path)])
         try:
             self.con.execute("BEGIN TRANSACTION")
-            self.con.execute("INSERT INTO runs SELECT * FROM other.runs ON CONFLICT DO NOTHING")
-            self.con.execute("INSERT OR REPLACE INTO cells SELECT * FROM other.cells")
-            self.con.execute("INSERT INTO outcomes SELECT * FROM other.outcomes ON CONFLICT DO NOTHING")
+            # BY NAME: a file written by another harness version may order its columns differently
+            self.con.execute("INSERT INTO runs BY NAME SELECT * FROM other.runs ON CONFLICT DO NOTHING")
+            self.con.execute("INSERT OR REPLACE INTO cells BY NAME SELECT * FROM other.cells")
+            self.con.execute("INSERT INTO outcomes BY NAME SELECT * FROM other.outcomes ON CONFLICT DO NOTHING")
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")

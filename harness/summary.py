@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from harness.attribution import Flaky, Transition, attribute
 
 STYLE = {
     "pass": "green",
@@ -61,7 +64,7 @@ def render(rows: list[dict[str, Any]], console: Console, title: str = "") -> Non
         for scenario in scenarios:
             word = statuses[cell].get(scenario, "-")
             cells.append(f"[{STYLE.get(word.split()[0], 'white')}]{word}[/]")
-        table.add_row(cell, *cells)
+        table.add_row(escape(cell), *cells)
     console.print(table)
     totals = Counter(r["status"] for r in rows)
     console.print("  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
@@ -73,5 +76,41 @@ def render(rows: list[dict[str, Any]], console: Console, title: str = "") -> Non
         fam.add_column("signature", overflow="fold")
         fam.add_column("scenarios", overflow="fold")
         for sig, lib, count, scen in families:
-            fam.add_row(str(count), lib or "-", sig, ", ".join(scen))
+            fam.add_row(str(count), lib or "-", escape(sig), escape(", ".join(scen)))
         console.print(fam)
+    if rows:
+        render_transitions(attribute(rows).transitions, console)
+
+
+def render_transitions(transitions: Sequence[Transition], console: Console, flaky: Sequence[Flaky] = ()) -> None:
+    """Per scenario and signature, one row per transition ("fixed in accelerate", "1.14.0 (after 1.13.0)"); then flaky cells."""
+    groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
+    for t in transitions:
+        groups[(t.scenario, t.signature)].append(t)
+    if groups:
+        console.print("[bold]transitions[/]")
+    for (scenario, signature), items in groups.items():
+        console.print(f"[bold]{escape(scenario)}[/]: {escape(signature)}", overflow="fold")
+        table = Table()
+        table.add_column("change")
+        table.add_column("where", overflow="fold")
+        table.add_column("with (held fixed)", overflow="fold")
+        for t in items:
+            where = t.where()
+            if t.untested:
+                where += f"; untested: {', '.join(t.untested)}"
+            if t.inconclusive:
+                where += f"; inconclusive: {', '.join(t.inconclusive)}"
+            colour = "red" if t.kind == "introduced" else "green"
+            table.add_row(f"[{colour}]{t.kind} in {t.axis}[/]", escape(where), escape(", ".join(f"{a} {v}" for a, v in t.held)))
+        console.print(table)
+    if flaky:
+        table = Table(title="flaky cells (no transition uses them)")
+        table.add_column("scenario", overflow="fold")
+        table.add_column("repeats", justify="right")
+        table.add_column("cell", overflow="fold")
+        table.add_column("signature", overflow="fold")
+        for f in flaky:
+            cell = ", ".join(f"{a} {v}" for a, v in f.versions)
+            table.add_row(escape(f.scenario), f"{f.failed}/{f.repeats}", escape(cell), escape(f.signature))
+        console.print(table)
