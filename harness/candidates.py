@@ -255,6 +255,8 @@ def _candidates_for(
         return []
     if entry.kind == "version":
         public = {Version(v).public for v in releases}
+        if Version(entry.value).public not in public and _base_has(package, entry.value, base_python, base_freeze):
+            return [Candidate(package, "version", entry.value)]  # an offline runner's base provides it
         if Version(entry.value).public not in public:
             near = _nearby(entry.value, releases)
             problems.append(f"axis {package!r}: version {entry.value!r} is not on the index; available near it: {near}")
@@ -266,6 +268,12 @@ def _candidates_for(
         problems.append(f"axis {package!r}: no release matches {entry.value!r}; widen the range")
         return []
     return [Candidate(package, "version", str(v)) for v in pick_versions(matching, entry.pick, entry.limit)]
+
+
+def _base_has(package: str, version: str, base_python: str, base_freeze: Mapping[str, str] | None) -> bool:
+    """Whether the base interpreter has exactly this release (resolution then takes it from there)."""
+    have = base_freeze.get(package) if base_freeze is not None else inherited_version(base_python, package)
+    return have is not None and Version(have).public == Version(version).public
 
 
 def _nearby(value: str, releases: Mapping[str, Release], count: int = 3) -> str:
