@@ -115,6 +115,14 @@ def _child(request: dict[str, Any]) -> None:
         os._exit(code)
 
 
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # a torch without CUDA support
+        return False
+
+
 def _decode_status(status: int) -> dict[str, Any]:
     if os.WIFSIGNALED(status):
         return {"exit": None, "signal": os.WTERMSIG(status)}
@@ -127,13 +135,19 @@ def serve(preload: list[str]) -> int:
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     imported = []
+    cuda_by = ""
     for module in preload:
         try:
             __import__(module)
             imported.append(module)
-        except Exception:
-            pass
-    answer.write(json.dumps({"ready": imported}) + "\n")
+        except Exception:  # a cell without the module simply imports nothing
+            continue
+        if _cuda_initialized():
+            # A forked child cannot use a CUDA context its parent created: the harness
+            # restarts this server without this module (and what follows it).
+            cuda_by = module
+            break
+    answer.write(json.dumps({"ready": imported, "cuda_initialized_by": cuda_by}) + "\n")
     answer.flush()
     for line in sys.stdin:
         if not line.strip():

@@ -115,6 +115,7 @@ class CellRunner:
         self._buffer = b""
         self.server_start_seconds = 0.0
         self.preloaded: list[str] = []
+        self.cuda_initialized_by = ""
 
     def __enter__(self) -> CellRunner:
         return self
@@ -148,7 +149,15 @@ class CellRunner:
             self._stop_server()
             raise RuntimeError(f"the fork server did not start: {_tail(self.tmp / 'server.log', 2000)}")
         self.preloaded = list(ready["ready"])
-        self.server_start_seconds = time.monotonic() - started
+        self.server_start_seconds += time.monotonic() - started
+        culprit = ready.get("cuda_initialized_by")
+        if culprit:
+            # Importing `culprit` initialised CUDA, which a forked scenario could not use:
+            # preload only what came before it and start again.
+            self.cuda_initialized_by = culprit
+            self._stop_server()
+            self.preload = self.preload[: self.preload.index(culprit)] if culprit in self.preload else []
+            self._start_server()
 
     def _stop_server(self) -> None:
         if self._server is None:

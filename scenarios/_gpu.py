@@ -47,9 +47,19 @@ def load_quantized(workdir: str | os.PathLike[str], config: BitsAndBytesConfig, 
         quantization_config=config,
         device_map=device_map,
         dtype=torch.bfloat16,
-        attn_implementation="sdpa",
         **kwargs,
     )
+
+
+def pressure(model: Any, share: float = 0.5) -> dict[Any, int]:
+    """A max_memory for PEFT's re-dispatch: GPU 0 gets `share` of the model's footprint.
+
+    The thread's GPU was nearly full ("0: 5668601858 bytes required"); the synthetic model
+    fits anywhere, so the budget is what makes the re-dispatch offload 4-bit layers.
+    """
+    footprint = int(model.get_memory_footprint())
+    metric("gpu_budget_bytes", int(footprint * share))
+    return {0: int(footprint * share), "cpu": 16 * 2**30}
 
 
 def embedding_device(model: Any) -> torch.device:

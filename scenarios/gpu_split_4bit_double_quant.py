@@ -4,7 +4,8 @@ Thread: `RuntimeError: Tensor.item() cannot be called on meta tensors` from
 Linear4bit._save_to_state_dict -> QuantState.as_dict(packed=True) -> `nested_offset`
 (`self.offset.item()`), reached from accelerate's attach_execution_device_hook during PEFT's
 re-dispatch (transformers 5.6.2, accelerate 1.14.0.dev0, peft 0.19.1, bitsandbytes 0.49.2).
-The nested offset only exists with bnb_4bit_use_double_quant=True. Then a generate.
+The nested offset only exists with bnb_4bit_use_double_quant=True. PEFT's re-dispatch gets a
+GPU budget of half the model (`_gpu.pressure`), standing in for the thread's full GPU. Then a generate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import tempfile
 import time
 
 from _gemma4 import adapter_path
-from _gpu import SPLIT, devices_of, generate, inputs_for, load_quantized, nf4, record_cuda_peak, require_cuda
+from _gpu import SPLIT, devices_of, generate, inputs_for, load_quantized, nf4, pressure, record_cuda_peak, require_cuda
 from _kit import check, metric
 from peft import PeftModel
 
@@ -26,7 +27,9 @@ def main() -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
         base = load_quantized(workdir, nf4(double_quant=True, fp32_cpu_offload=True), SPLIT, offload_folder=f"{workdir}/offload")
-        model = PeftModel.from_pretrained(base, adapter_path(workdir), is_trainable=False).eval()
+        model = PeftModel.from_pretrained(
+            base, adapter_path(workdir), is_trainable=False, max_memory=pressure(base), offload_dir=f"{workdir}/peft-offload"
+        ).eval()
         metric("devices", str(sorted(devices_of(model))))
         tokens = generate(model, inputs_for(model, with_media=False))
         check(len(tokens) == 4, f"generated {len(tokens)} tokens, expected 4")

@@ -5,7 +5,8 @@ Thread: `TypeError: Params4bit.__new__() got an unexpected keyword argument
 set_module_tensor_to_device, with accelerate 1.13.0; fixed by
 https://github.com/huggingface/accelerate/pull/3976 (1.14.0). Related:
 https://github.com/huggingface/transformers/issues/43872 (the Int8Params form).
-The PEFT call is the thread's second attempt (offload_dir, offload_buffers,
+PEFT's re-dispatch gets a GPU budget of half the model (`_gpu.pressure`), standing in for the
+thread's nearly full 12 GB GPU. The PEFT call is the thread's second attempt (offload_dir, offload_buffers,
 ephemeral_gpu_offload, torch_device), double quant off.
 """
 
