@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
     _add_attribute(sub)
+    _add_pin(sub)
+    _add_report(sub)
     p = sub.add_parser("merge", help="combine results files (.jsonl shards, .duckdb) into one DuckDB store, without duplicates")
     p.add_argument("sources", nargs="+", type=Path, help="results files to bring in")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="the DuckDB store to merge into (default: results/compat.duckdb)")
@@ -223,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-failures", type=int, default=0, help="a candidate is good if at most this many of its runs fail")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
+    _add_dashboard(sub)
     return parser
 
 
@@ -316,6 +319,266 @@ def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_pin(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pin",
+        help="the newest version set on which the chosen scenarios all pass, with evidence; requirements, constraints, pylock.toml",
+        description="Among the stored cells where every chosen scenario passed (every repeat, every run), the newest by the "
+        "ranking, with the evidence and the newer versions that were excluded and why. See docs/pins-and-reports.md.",
+    )
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario that must pass (repeatable; at least one)")
+    p.add_argument(
+        "--fix", action="append", default=[], help="hold an axis: torch=2.13.0 (also matches 2.13.0+cpu) or transformers<5.20 (repeatable)"
+    )
+    p.add_argument("--gpu", default="", help="only evidence from runs whose GPU name contains this, e.g. H200 or cpu")
+    p.add_argument("--platform", default="", help="only evidence from runs whose platform contains this, e.g. linux-x86_64")
+    p.add_argument("--rank", default="", help="axes in order of preference (default: transformers,peft,accelerate,bitsandbytes,torch)")
+    p.add_argument("--out", type=Path, default=None, help="write requirements.txt, constraints.txt and pylock.toml into this folder")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
+    import os
+    import subprocess
+    import tempfile
+    from typing import Any
+
+    from packaging.utils import canonicalize_name
+
+    from harness.candidates import expand_find_links
+    from harness.envs import uv_binary
+    from harness.errors import EXIT_RUN_FAILED, BadInput
+    from harness.pin import DEFAULT_RANKING, Constraints, Sources, axis_versions, choose
+    from harness.store import Store
+
+    db = str(args.db)
+    if args.db.suffix == ".jsonl":
+        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
+    if not args.db.exists():
+        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    with Store(args.db, read_only=True) as store:
+        rows = store.outcomes()
+        runs = store.runs_info()
+    if not rows:
+        raise BadInput(f"no outcomes in {db!r}; run a sweep first")
+    stored = sorted({r["scenario"] for r in rows})
+    if not args.scenario:
+        raise BadInput(f"pass the scenarios that must pass with --scenario (repeatable); stored in {db!r}: {', '.join(stored)}")
+    unknown = [s for s in args.scenario if s not in stored]
+    if unknown:
+        raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {', '.join(stored)}")
+    values: dict[str, set[str]] = {}
+    for row in rows:
+        for axis, value in axis_versions(row).items():
+            values.setdefault(axis, set()).add(value)
+    constraints = Constraints.parse(args.fix, args.gpu, args.platform)
+    for axis, spec in constraints.fixed:
+        if axis not in values:
+            raise BadInput(f"--fix {axis}{spec}: {axis!r} is not an axis of {db!r}; axes: {', '.join(sorted(values))}")
+        if not any(constraints.admits({axis: v}, {axis: v}) for v in values[axis]):
+            raise BadInput(f"--fix {axis}{spec}: no stored cell has such a {axis}; stored: {', '.join(sorted(values[axis]))}")
+    for flag, column in (("gpu", "gpu"), ("platform", "platform")):
+        wanted = getattr(args, flag)
+        seen = sorted({str(r.get(column) or "") for r in rows})
+        if wanted and not any(wanted.lower() in s.lower() for s in seen):
+            raise BadInput(f"--{flag} {wanted!r} matches no stored run; stored: {', '.join(seen)}")
+    ranking = [str(canonicalize_name(a)) for a in args.rank.split(",") if a.strip()] if args.rank else list(DEFAULT_RANKING)
+    bad_rank = [a for a in ranking if a not in values] if args.rank else []
+    if bad_rank:
+        raise BadInput(f"--rank names unknown axis(es) {', '.join(map(repr, bad_rank))}; axes: {', '.join(sorted(values))}")
+
+    result = choose(rows, args.scenario, constraints, ranking)
+    if not result.found:
+        if args.json:
+            print(json.dumps(result.to_dict()))
+        else:
+            print("\n".join(result.describe()))
+        return EXIT_RUN_FAILED
+    # The index settings of the newest run that passed: what the install commands and the lock resolve against.
+    settings: dict[str, Any] = next((runs[r]["settings"] for r in reversed(list(runs)) if r in result.runs), {})
+    sources = Sources.from_settings(settings, expand_find_links([str(f) for f in settings.get("find_links") or []]))
+    files: dict[str, str] = {}
+    lock_note = ""
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in (("requirements.txt", result.to_requirements(sources)), ("constraints.txt", result.to_constraints())):
+            (args.out / name).write_text(text)
+            files[name] = str(args.out / name)
+        with tempfile.TemporaryDirectory(prefix="harness-pin-") as tmp:
+            freeze = Path(tmp, "requirements.txt")
+            freeze.write_text(result.lock_input())
+            lock = args.out / "pylock.toml"
+            try:
+                proc = subprocess.run(
+                    result.lock_command(uv_binary(), str(freeze), str(lock), sources),
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    env={**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"},
+                )
+                why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1].strip() if proc.returncode else ""
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                why = str(exc).splitlines()[0]
+            if why or not lock.is_file():
+                lock_note = f"pylock.toml not written: uv could not resolve the passing freeze with the run's index settings ({why})"
+            else:
+                files["pylock.toml"] = str(lock)
+    commands = {tool: result.install_command(tool, sources) for tool in ("pip", "uv")}
+    if args.json:
+        print(json.dumps({**result.to_dict(), "install": commands, "files": files, "lock_note": lock_note}))
+        return EXIT_OK
+    print("\n".join(result.describe()))
+    print(commands["pip"])
+    print(commands["uv"])
+    if files:
+        print(f"wrote {', '.join(files.values())}")
+    if lock_note:
+        print(lock_note)
+    return EXIT_OK
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="a markdown issue body for a failure signature or a cell: versions, contrast table, attribution, repro, traceback",
+        description="Writes an issue body from stored evidence: where to file it (from the blamed frame), the exact versions, "
+        "the cells that pass and fail, which release introduced or fixed it, a repro command and the traceback tail. "
+        "See docs/pins-and-reports.md.",
+    )
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--signature", default="", help="the failure: its signature text, its family hash, or a part of it naming one signature")
+    p.add_argument("--cell", default="", help="a cell id (see `harness summary`)")
+    p.add_argument("--out", type=Path, default=None, help="write the markdown to this file instead of printing it")
+
+
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    import difflib
+
+    from harness.attribution import attribute, seen_versions, to_rows
+    from harness.catalog import available, load_scenario
+    from harness.errors import BadInput
+    from harness.outcome import FAILURES
+    from harness.pin import axis_versions
+    from harness.report import render_cell_report, render_signature_report
+    from harness.store import Store
+
+    db = str(args.db)
+    if bool(args.signature) == bool(args.cell):
+        raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
+    if args.db.suffix == ".jsonl":
+        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
+    if not args.db.exists():
+        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    failures = {s.value for s in FAILURES}
+    with Store(args.db, read_only=True) as store:
+        everything = store.outcomes()
+        runs = store.runs_info()
+        if args.signature:
+            wanted = args.signature.strip()
+            failing = [r for r in everything if r["status"] in failures]
+            found = {r["signature"] or r["status"] for r in failing if wanted in (r["signature"], r["signature_family"])}
+            if not found:
+                found = {r["signature"] or r["status"] for r in failing if wanted.casefold() in (r["signature"] or r["status"]).casefold()}
+            if not found:
+                raise BadInput(f"no failing outcome in {db!r} has a signature matching {wanted!r}; `harness summary --db {db}` lists them")
+            if len(found) > 1:
+                families = sorted({f"{r['signature_family']} ({(r['signature'] or '')[:60]})" for r in failing if r["signature"] in found})
+                raise BadInput(f"{wanted!r} matches {len(found)} signatures; pass one family hash: {'; '.join(families)}")
+            signature = found.pop()
+            scenarios = sorted({r["scenario"] for r in failing if (r["signature"] or r["status"]) == signature})
+            # Tracebacks of this failure only; the other rows are the contrast (each carries its cell's freeze).
+            traced = store.outcomes_with_traces(scenarios, signature=signature)
+            keys = {(r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) for r in traced}
+            rows = traced + [
+                r for r in everything if r["scenario"] in scenarios and (r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) not in keys
+            ]
+        else:
+            own = store.outcomes_with_traces(cell_id=args.cell)
+            if not own:
+                ids = sorted({r["cell_id"] for r in everything})
+                near = difflib.get_close_matches(args.cell, ids, n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(near)}?" if near else f"; `harness summary --db {db}` lists the cells"
+                raise BadInput(f"no outcomes for cell {args.cell!r} in {db!r}{hint}")
+            scenarios = sorted({r["scenario"] for r in own})
+            # The neighbours (one axis different) are the contrast, and the lines attribution walks through this cell.
+            mine = axis_versions(own[0])
+            neighbours = {
+                r["cell_id"]
+                for r in everything
+                if r["cell_id"] != args.cell
+                and r["scenario"] in scenarios
+                and sum(axis_versions(r).get(a) != mine.get(a) for a in {*mine, *axis_versions(r)}) == 1
+            }
+            rows = own + [r for r in everything if r["cell_id"] in neighbours and r["scenario"] in scenarios]
+            records = store.cell_records(args.cell)
+    # Every version any cell used is known (a gap on one line may be tested on another); one row per cell says it.
+    transitions = to_rows(attribute(rows, known_versions=seen_versions({(r["run_id"], r["cell_id"]): r for r in everything}.values())))
+    known = available()
+    files = {s: f"scenarios/{known[s].name}" for s in scenarios if s in known}
+    docs = {}
+    for s in scenarios:
+        if s in known:
+            try:
+                docs[s] = load_scenario(known[s]).doc
+            except BadInput:
+                docs[s] = ""
+    if args.signature:
+        markdown = render_signature_report(signature, rows, transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=db)
+    else:
+        record = records[0] if records else None
+        markdown = render_cell_report(
+            args.cell, rows, record, transitions=transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=db
+        )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown)
+        title = next((line for line in markdown.splitlines() if line.startswith("**Suggested title:**")), "")
+        print(f"wrote {args.out} ({len(markdown.splitlines())} lines); {title.replace('**', '')}")
+    else:
+        print(markdown, end="")
+    return EXIT_OK
+
+
+def _add_dashboard(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "dashboard",
+        help="browse a results file in the browser: matrix, failures, one cell, two cells, pin (Streamlit)",
+        description="Start the Streamlit dashboard (dashboard/app.py) over a results file, opened read-only. "
+        "Without --db: results/compat.duckdb if a sweep wrote it, else the shipped sample results/default.duckdb. "
+        "See docs/dashboard.md.",
+    )
+    p.add_argument("--db", type=Path, default=None, help="results file (default: results/compat.duckdb, else results/default.duckdb)")
+    p.add_argument("--port", type=int, default=8501, help="port to serve on (default: 8501)")
+    p.add_argument("--address", default="127.0.0.1", help="address to serve on (default: 127.0.0.1; 0.0.0.0 to share it)")
+    p.add_argument("--headless", action="store_true", help="do not open a browser (servers, CI)")
+
+
+def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
+    import importlib.util
+    import subprocess
+
+    from harness.errors import BadInput
+
+    db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else Path("results/default.duckdb"))
+    if db.suffix == ".jsonl":
+        raise BadInput(f"--db {str(db)!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
+    if not db.is_file():
+        raise BadInput(f"database {str(db)!r} does not exist; run a sweep first or pass --db with an existing results file")
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    if not app.is_file():
+        raise BadInput(f"no dashboard at {app}: run the dashboard from a checkout of the harness (pip install -e '.[dev]')")
+    if importlib.util.find_spec("streamlit") is None:
+        raise BadInput("streamlit is not installed; install the dev extras: pip install -e '.[dev]'")
+    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port), "--server.address", args.address]
+    command += ["--server.headless", "true" if args.headless else "false", "--browser.gatherUsageStats", "false", "--", "--db", str(db)]
+    console.print(f"dashboard over {db} (read-only) at http://{args.address}:{args.port}  (Ctrl+C stops it)")
+    try:
+        return subprocess.run(command).returncode
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -325,6 +588,9 @@ COMMANDS = {
     "merge": _cmd_merge,
     "wheelhouse": _cmd_wheelhouse,
     "bisect": _cmd_bisect,
+    "pin": _cmd_pin,
+    "report": _cmd_report,
+    "dashboard": _cmd_dashboard,
 }
 
 

@@ -331,6 +331,49 @@ class Store:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
 
+    # -- pins and reports -------------------------------------------------------------------
+    _CELL_JSON = ("versions", "requirements", "installed", "inherited", "git_commits")
+
+    def runs_info(self) -> dict[str, dict[str, Any]]:
+        """run id -> its `runs` row, `settings` and `host` decoded: index settings, matrix path, GPU."""
+        runs = {}
+        for row in self._dicts("SELECT * FROM runs ORDER BY started_at, run_id"):
+            for column in ("settings", "host"):
+                value = json.loads(row[column]) if isinstance(row.get(column), str) else row.get(column)
+                row[column] = value if isinstance(value, dict) else {}
+            runs[row["run_id"]] = row
+        return runs
+
+    def outcomes_with_traces(self, scenarios: Sequence[str] = (), cell_id: str = "", signature: str = "") -> list[dict[str, Any]]:
+        """`outcomes_v` rows plus each outcome's `traceback` and `output_tail` (the view leaves them out).
+
+        scenarios: only these (empty: all). cell_id: only this cell. signature: only outcomes with it.
+        """
+        sql = "SELECT v.*, o.traceback, o.output_tail FROM outcomes_v v JOIN outcomes o USING (run_id, cell_id, scenario, repeat)"
+        where: list[str] = []
+        params: list[Any] = []
+        if scenarios:
+            where.append(f"v.scenario IN ({', '.join('?' for _ in scenarios)})")
+            params.extend(scenarios)
+        if cell_id:
+            where.append("v.cell_id = ?")
+            params.append(cell_id)
+        if signature:
+            where.append("v.signature = ?")
+            params.append(signature)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return self._dicts(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params)
+
+    def cell_records(self, cell_id: str) -> list[dict[str, Any]]:
+        """Every run's record of one cell (JSON columns decoded), newest first."""
+        rows = self._dicts("SELECT * FROM cells WHERE cell_id = ? ORDER BY built_at DESC, run_id DESC", [cell_id])
+        for row in rows:
+            for column in self._CELL_JSON:
+                if isinstance(row.get(column), str):
+                    row[column] = json.loads(row[column])
+        return rows
+
     # -- transitions (attribution.py computes them; the dashboard reads them) ---------------
     _TRANSITION_COLUMNS = (
         "scope",
@@ -400,3 +443,240 @@ class Store:
                 if isinstance(row.get(column), str):
                     row[column] = json.loads(row[column])
         return rows
+
+    # -- dashboard queries ----------------------------------------------------------------
+    # Read-only queries for dashboard/ (it has no SQL of its own). Filters are a mapping of
+    # column or axis -> allowed values: run_id, cell_id, scenario, status, platform, gpu, any
+    # axis (torch, transformers, ..., or another package recorded in a cell's versions). An
+    # empty or missing list means "any". Heavy lifting (grouping, counting) stays in DuckDB so
+    # a page over 100,000 outcomes moves thousands of rows into Python, not 100,000.
+    _DASHBOARD_COLUMNS = frozenset({"run_id", "cell_id", "scenario", "status", "platform", "gpu", *AXIS_COLUMNS})
+    _STATUSES = ("pass", "fail", "error", "crash", "timeout", "oom", "unresolvable", "install_failed", "not_applicable")
+
+    def _dashboard_where(self, filters: dict[str, Sequence[str]] | None) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for name, values in sorted((filters or {}).items()):
+            chosen = [str(v) for v in values]
+            if not chosen:
+                continue
+            marks = ", ".join("?" for _ in chosen)
+            if name in self._DASHBOARD_COLUMNS:
+                clauses.append(f"{name} IN ({marks})")  # name is one of a fixed set, never user text
+            else:
+                clauses.append(f"COALESCE(installed->>?, versions->>?) IN ({marks})")
+                params += [name, name]
+            params += chosen
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def _has_table(self, name: str) -> bool:
+        row = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()
+        return bool(row and row[0])
+
+    def dashboard_overview(self) -> dict[str, Any]:
+        """What the file holds, for the 'which data is this' line: counts, time span, hosts."""
+        row = self.con.execute(
+            "SELECT count(*), count(DISTINCT run_id), count(DISTINCT cell_id), count(DISTINCT scenario), "
+            "min(started_at), max(started_at) FROM outcomes"
+        ).fetchone()
+        assert row is not None
+        hosts = self.con.execute("SELECT DISTINCT host->>'platform', host->>'gpu' FROM runs ORDER BY ALL").fetchall()
+        transitions = self.con.execute("SELECT count(*) FROM transitions").fetchone() if self._has_table("transitions") else (0,)
+        return {
+            "outcomes": int(row[0]),
+            "runs": int(row[1]),
+            "cells": int(row[2]),
+            "scenarios": int(row[3]),
+            "first": row[4],
+            "last": row[5],
+            "platforms": sorted({h[0] for h in hosts if h[0]}),
+            "gpus": sorted({h[1] for h in hosts if h[1]}),
+            "transitions": int(transitions[0]) if transitions else 0,
+        }
+
+    def dashboard_runs(self) -> list[dict[str, Any]]:
+        """One row per run: where it ran, when (its outcomes' span), how much it holds; newest first."""
+        return self._dicts(
+            """
+            WITH o AS (
+                SELECT run_id, min(started_at) AS first, max(started_at) AS last, count(*) AS outcomes,
+                       count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios
+                FROM outcomes GROUP BY run_id
+            )
+            SELECT r.run_id, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu, r.harness_version,
+                   o.first, o.last, COALESCE(o.outcomes, 0) AS outcomes, COALESCE(o.cells, 0) AS cells,
+                   COALESCE(o.scenarios, 0) AS scenarios, starts_with(r.run_id, 'bisect-') AS bisection
+            FROM runs r LEFT JOIN o USING (run_id) ORDER BY o.last DESC NULLS LAST, r.run_id
+            """
+        )
+
+    def dashboard_facets(self) -> dict[str, list[str]]:
+        """Every value a filter can take: scenario, platform, gpu, run_id, and each axis (unsorted versions)."""
+        facets: dict[str, list[str]] = {
+            "scenario": [r[0] for r in self.con.execute("SELECT DISTINCT scenario FROM outcomes ORDER BY 1").fetchall()],
+            "run_id": [r[0] for r in self.con.execute("SELECT run_id FROM runs ORDER BY 1").fetchall()],
+        }
+        hosts = self.con.execute("SELECT DISTINCT host->>'platform', host->>'gpu' FROM runs").fetchall()
+        facets["platform"] = sorted({h[0] for h in hosts if h[0]})
+        facets["gpu"] = sorted({h[1] for h in hosts if h[1]})
+        rows = self.con.execute(
+            "SELECT axis, COALESCE(installed->>axis, versions->>axis) AS value "
+            "FROM (SELECT installed, versions, unnest(json_keys(versions)) AS axis FROM cells) GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+        for axis, value in rows:
+            if value is not None:
+                facets.setdefault(axis, []).append(value)
+        return facets
+
+    def dashboard_matrix(self, filters: dict[str, Sequence[str]] | None = None, *, by_gpu: bool = False) -> list[dict[str, Any]]:
+        """One row per (cell, scenario[, gpu]) over the filtered outcomes: `outcomes`, a count per
+        status (columns named after the statuses) and the most frequent failure signature."""
+        where, params = self._dashboard_where(filters)
+        counts = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}" for s in self._STATUSES)
+        gpu = ", COALESCE(gpu, '') AS gpu" if by_gpu else ""
+        return self._dicts(
+            f"SELECT cell_id, scenario{gpu}, count(*) AS outcomes, {counts}, "
+            f"mode(signature) FILTER (WHERE signature <> '' AND status NOT IN ('pass', 'not_applicable')) AS signature "
+            f"FROM outcomes_v{where} GROUP BY ALL ORDER BY ALL",
+            params,
+        )
+
+    def dashboard_cells(self, filters: dict[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
+        """One row per cell among the filtered outcomes: its axis versions (the five columns and
+        `versions`, JSON decoded), runs, GPUs, outcome count and last outcome time."""
+        where, params = self._dashboard_where(filters)
+        axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_COLUMNS)
+        # Group the outcomes first and look the versions up once per cell: extracting them from
+        # JSON for every outcome row costs several times more.
+        rows = self._dicts(
+            f"""
+            WITH o AS (
+                SELECT cell_id, list(DISTINCT run_id ORDER BY run_id) AS runs,
+                       list(DISTINCT COALESCE(gpu, '') ORDER BY COALESCE(gpu, '')) AS gpus,
+                       count(*) AS outcomes, max(started_at) AS last
+                FROM outcomes_v{where} GROUP BY cell_id
+            ),
+            c AS (
+                SELECT cell_id, arg_max(installed, built_at) AS installed, arg_max(versions, built_at) AS versions
+                FROM cells GROUP BY cell_id
+            )
+            SELECT o.cell_id, {axes}, c.versions, o.runs, o.gpus, o.outcomes, o.last
+            FROM o LEFT JOIN c USING (cell_id) ORDER BY o.cell_id
+            """,
+            params,
+        )
+        for row in rows:
+            row["versions"] = json.loads(row["versions"]) if isinstance(row["versions"], str) else (row["versions"] or {})
+        return rows
+
+    def dashboard_failures(self, filters: dict[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
+        """One row per failure signature (any status but pass and not_applicable): the library it
+        blames, how many outcomes, cells, scenarios and runs it hits, when first and last seen."""
+        where, params = self._dashboard_where(filters)
+        where = (where + " AND" if where else " WHERE") + " status NOT IN ('pass', 'not_applicable')"
+        return self._dicts(
+            f"""
+            SELECT COALESCE(NULLIF(signature, ''), status) AS signature, any_value(signature_family) AS signature_family,
+                   mode(NULLIF(blamed_library, '')) AS blamed_library, mode(NULLIF(exception_type, '')) AS exception_type,
+                   list(DISTINCT status ORDER BY status) AS statuses, count(*) AS outcomes, count(DISTINCT cell_id) AS cells,
+                   list(DISTINCT scenario ORDER BY scenario) AS scenarios, count(DISTINCT run_id) AS runs,
+                   min(started_at) AS first_seen, max(started_at) AS last_seen, min(cell_id) AS example_cell
+            FROM outcomes_v{where} GROUP BY 1 ORDER BY cells DESC, outcomes DESC, signature
+            """,
+            params,
+        )
+
+    def dashboard_transition_scopes(self) -> list[str]:
+        if not self._has_table("transitions"):
+            return []
+        return [r[0] for r in self.con.execute("SELECT DISTINCT scope FROM transitions ORDER BY 1").fetchall()]
+
+    def dashboard_transition_summary(self, scope: str = "") -> list[dict[str, Any]]:
+        """Per signature, axis and kind (introduced, fixed, flaky): the transitions' count and the
+        distinct `after` versions (the first version on the new side), for the failures table."""
+        if not self._has_table("transitions"):
+            return []
+        return self._dicts(
+            "SELECT signature, axis, kind, count(*) AS transitions, list(DISTINCT after ORDER BY after) AS versions "
+            "FROM transitions WHERE scope = ? GROUP BY ALL ORDER BY ALL",
+            [scope],
+        )
+
+    def dashboard_transitions(self, signature: str, scope: str = "") -> list[dict[str, Any]]:
+        """The stored transitions of one signature (JSON columns decoded), in attribution's order."""
+        if not self._has_table("transitions"):
+            return []
+        rows = self._dicts("SELECT * FROM transitions WHERE scope = ? AND signature = ? ORDER BY scenario, seq", [scope, signature])
+        for row in rows:
+            for column in self._TRANSITION_JSON:
+                if isinstance(row.get(column), str):
+                    row[column] = json.loads(row[column])
+        return rows
+
+    def dashboard_bisections(self) -> list[dict[str, Any]]:
+        """Outcomes of `harness bisect` runs (run ids `bisect-<scenario>-<axis>`), without their long text."""
+        rows = self._dicts(
+            "SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, git_commits, "
+            f"{', '.join(AXIS_COLUMNS)}, gpu, started_at FROM outcomes_v WHERE starts_with(run_id, 'bisect-') "
+            "ORDER BY run_id, started_at, cell_id, repeat"
+        )
+        for row in rows:
+            for column in ("versions", "git_commits"):
+                row[column] = json.loads(row[column]) if isinstance(row[column], str) else (row[column] or {})
+        return rows
+
+    def dashboard_cell_records(self, cell_id: str) -> list[dict[str, Any]]:
+        """Every run's environment record of one cell (JSON decoded), with that run's host; newest first."""
+        rows = self._dicts(
+            "SELECT c.*, r.host, r.harness_version, r.matrix_path FROM cells c LEFT JOIN runs r USING (run_id) "
+            "WHERE c.cell_id = ? ORDER BY c.built_at DESC, c.run_id",
+            [cell_id],
+        )
+        for row in rows:
+            for column in ("versions", "requirements", "installed", "inherited", "git_commits", "host"):
+                if isinstance(row.get(column), str):
+                    row[column] = json.loads(row[column])
+        return rows
+
+    def dashboard_cell_outcomes(self, cell_id: str, runs: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every outcome of one cell with its traceback, output tail and metrics (decoded)."""
+        sql = (
+            "SELECT o.*, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu FROM outcomes o "
+            "LEFT JOIN runs r USING (run_id) WHERE o.cell_id = ?"
+        )
+        params: list[Any] = [cell_id]
+        if runs:
+            sql += f" AND o.run_id IN ({', '.join('?' for _ in runs)})"
+            params += list(runs)
+        rows = self._dicts(sql + " ORDER BY o.scenario, o.started_at, o.run_id, o.repeat", params)
+        for row in rows:
+            row["metrics"] = json.loads(row["metrics"]) if isinstance(row.get("metrics"), str) else (row.get("metrics") or {})
+        return rows
+
+    def dashboard_pin_rows(self, scenarios: Sequence[str], filters: dict[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
+        """Outcome rows of `scenarios` shaped for `harness.pin.choose`, slimmed for speed: `installed`
+        and `inherited` hold only the cell's axes (fetch a full freeze with dashboard_cell_records),
+        `message` only its first line."""
+        if not scenarios:
+            return []
+        where, params = self._dashboard_where({**(filters or {}), "scenario": list(scenarios)})
+        return self._dicts(
+            f"""
+            WITH c AS (
+                SELECT run_id, cell_id, python, versions,
+                       (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                        WHERE installed->>k IS NOT NULL) AS installed,
+                       (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                        WHERE inherited->>k IS NOT NULL) AS inherited
+                FROM cells
+            ),
+            o AS (
+                SELECT run_id, cell_id, scenario, repeat, status, signature, split_part(message, chr(10), 1) AS message,
+                       gpu, platform, started_at
+                FROM outcomes_v{where}
+            )
+            SELECT o.*, c.versions, c.installed, c.inherited, c.python FROM o LEFT JOIN c USING (run_id, cell_id)
+            ORDER BY o.cell_id, o.scenario, o.run_id, o.repeat
+            """,
+            params,
+        )

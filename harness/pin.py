@@ -1,0 +1,620 @@
+"""Pins: the newest version set on which every chosen scenario passes, with its evidence. Pure.
+
+A *candidate* is one combination of exact installed versions (a cell; its repeats and its
+runs are pooled) that meets the constraints. It *qualifies* when every chosen scenario has
+outcomes there and every one of them passed: one failing repeat (a flaky cell), one missing
+scenario or one `not_applicable` disqualifies it. Among the qualifying candidates the newest
+wins, compared axis by axis in the user's ranking (releases by `packaging.version.Version`;
+a git or path source counts as older than any release, so a release is preferred when both
+pass). For every newer version that lost, the result names the scenario and signature that
+excluded it; when nothing qualifies, the scenario that fails in every candidate.
+
+>>> rows = [
+...     {"cell_id": f"acc{acc}", "scenario": "load", "status": status, "repeat": 0, "run_id": "r1",
+...      "versions": {"torch": "2.13.0", "accelerate": acc}, "signature": sig}
+...     for acc, status, sig in [("1.13.0", "pass", ""), ("1.14.0", "error", "TypeError: x")]
+... ]
+>>> result = choose(rows, ["load"])
+>>> dict(result.versions), [e.describe() for e in result.excluded]
+({'torch': '2.13.0', 'accelerate': '1.13.0'}, ['accelerate 1.14.0: load error: TypeError: x (cell acc1.14.0; run r1)'])
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from harness.errors import BadInput
+
+#: Which axis decides first when two passing sets differ: the libraries people upgrade for.
+DEFAULT_RANKING = ("transformers", "peft", "accelerate", "bitsandbytes", "torch")
+#: The axes in the order people read them (as attribution prints them); others follow by name.
+AXIS_ORDER = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
+#: `platform` as hostinfo records it -> uv's `--python-platform`, for resolving the lock where it passed.
+UV_PLATFORMS = {
+    "linux-x86_64": "x86_64-unknown-linux-gnu",
+    "linux-aarch64": "aarch64-unknown-linux-gnu",
+    "linux-arm64": "aarch64-unknown-linux-gnu",
+    "darwin-arm64": "aarch64-apple-darwin",
+    "darwin-x86_64": "x86_64-apple-darwin",
+    "windows-amd64": "x86_64-pc-windows-msvc",
+}
+_FIX = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
+_UNTESTED = "not tested with the pinned versions of the other axes"
+_PYTHON_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+
+
+# -- rows ------------------------------------------------------------------------------------
+def _json(value: Any) -> Mapping[str, Any]:
+    """A JSON column as DuckDB returns it (text) or as a dict; read-only: parsed text is shared."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        return _parse(value)
+    return dict(value)
+
+
+@lru_cache(maxsize=8192)
+def _parse(text: str) -> Mapping[str, Any]:
+    # Every repeat and scenario of a cell carries the same freeze: parse it once.
+    parsed = json.loads(text)
+    return MappingProxyType(parsed if isinstance(parsed, dict) else {})
+
+
+def _by_name(value: Any) -> Mapping[str, str]:
+    """A package -> version JSON column with canonical names (`Typing_Extensions` -> `typing-extensions`)."""
+    if isinstance(value, str):
+        return _by_name_text(value)
+    return {_name(k): str(v) for k, v in _json(value).items()}
+
+
+@lru_cache(maxsize=8192)
+def _by_name_text(text: str) -> Mapping[str, str]:
+    return MappingProxyType({_name(k): str(v) for k, v in _json(text).items()})
+
+
+def _name(package: str) -> str:
+    return str(canonicalize_name(package))
+
+
+def axis_versions(row: Mapping[str, Any]) -> dict[str, str]:
+    """axis -> the exact version a row's cell ran: its freeze, else the inherited or requested value.
+
+    The axes are the keys of `versions` (any PyPI package can be an axis), or the five axis
+    columns of `outcomes_v` when a row has no `versions`.
+    """
+    requested, installed, inherited = (_by_name(row.get(column)) for column in ("versions", "installed", "inherited"))
+    axes = list(requested) or [a for a in AXIS_ORDER if row.get(a)]
+    out = {}
+    for axis in axes:
+        value = installed.get(axis) or inherited.get(axis) or requested.get(axis) or str(row.get(axis) or "")
+        if value:
+            out[axis] = value
+    return out
+
+
+def release(value: str) -> Version | None:
+    """`2.13.0+cpu` -> Version; a git URL, a path or `inherit` -> None."""
+    try:
+        return Version(value)
+    except InvalidVersion:
+        return None
+
+
+def order_key(value: str | None) -> tuple[Any, ...]:
+    """Newer sorts higher. Releases above sources (git, path): a pin prefers what was released."""
+    if value is None:
+        return (-1,)
+    version = release(value)
+    return (1, version) if version is not None else (0, value)
+
+
+def requirement(package: str, value: str) -> str:
+    """`torch==2.13.0+cpu`, or `accelerate @ git+https://…@sha` for a source."""
+    return f"{package}=={value}" if release(value) is not None else f"{package} @ {value}"
+
+
+def axis_sort(axes: Iterable[str]) -> list[str]:
+    return sorted(axes, key=lambda a: (AXIS_ORDER.index(a) if a in AXIS_ORDER else len(AXIS_ORDER), a))
+
+
+def _when(value: Any) -> str:
+    """A DuckDB timestamp or ISO text -> `2026-11-21 14:05` (UTC, as stored)."""
+    return str(value or "").replace("T", " ")[:16]
+
+
+def _reason(status: str, signature: str, message: str) -> str:
+    """`error: TypeError: … @ accelerate/…`, `not_applicable: needs a GPU`, `unresolvable: …`."""
+    detail = signature or (message.strip().splitlines()[0] if message.strip() else "")
+    if not detail or detail == status:
+        return status
+    return detail if detail.startswith(f"{status}:") else f"{status}: {detail}"
+
+
+# -- constraints -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Constraints:
+    """What the pin may not change: axes held to a version or range, and where it must have passed.
+
+    fixed: (axis, specifier) pairs: `==2.13.0` (which also admits `2.13.0+cpu`, as PEP 440 does),
+    `<5.20`, or `==git+https://…` for a source. gpu / platform: case-insensitive substrings of
+    the run's GPU name (`H200`, `cpu`) and platform (`linux-x86_64`).
+    """
+
+    fixed: tuple[tuple[str, str], ...] = ()
+    gpu: str = ""
+    platform: str = ""
+
+    @classmethod
+    def parse(cls, fixes: Iterable[str] = (), gpu: str = "", platform: str = "") -> Constraints:
+        """From `--fix torch=2.13.0` / `torch==2.13.0` / `transformers<5.20` / `transformers>=5.6,<5.20`."""
+        fixed = []
+        for text in fixes:
+            match = _FIX.match(text)
+            spec = match.group(2) if match else ""
+            if not match or not spec:
+                raise BadInput(f"--fix {text!r} must look like axis=version or axis<specifier>, e.g. torch=2.13.0 or transformers<5.20")
+            if spec.startswith("=") and not spec.startswith("=="):
+                spec = "=" + spec  # the `torch=2.13.0` shorthand
+            value = spec.removeprefix("==").strip()
+            if release(value) is None and not value.startswith(("git+", "/", ".", "file:")):
+                try:
+                    SpecifierSet(spec)
+                except InvalidSpecifier:
+                    raise BadInput(
+                        f"--fix {text!r}: {spec!r} is neither a version nor a specifier; use e.g. torch=2.13.0 or transformers<5.20"
+                    ) from None
+            fixed.append((_name(match.group(1)), spec))
+        return cls(tuple(fixed), gpu.strip(), platform.strip())
+
+    def admits_row(self, row: Mapping[str, Any]) -> bool:
+        gpu, platform = str(row.get("gpu") or ""), str(row.get("platform") or "")
+        return self.gpu.lower() in gpu.lower() and self.platform.lower() in platform.lower()
+
+    def admits(self, versions: Mapping[str, str], requested: Mapping[str, str] | None = None) -> bool:
+        return all(self._admits_one(spec, versions.get(axis), (requested or {}).get(axis)) for axis, spec in self.fixed)
+
+    @staticmethod
+    def _admits_one(spec: str, value: str | None, requested: str | None) -> bool:
+        if value is None:
+            return False
+        exact = spec.removeprefix("==").strip()
+        version = release(value)
+        if version is None or (release(exact) is None and not any(c in spec for c in "<>!~,")):
+            # A source: the fix names the URL or path (with or without the commit).
+            return any(v and (v == exact or v.startswith(exact)) for v in (value, requested))
+        try:
+            return SpecifierSet(spec).contains(version, prereleases=True)
+        except InvalidSpecifier:
+            return False
+
+    def describe(self) -> str:
+        parts = [f"{axis}{spec}" for axis, spec in self.fixed]
+        if self.gpu:
+            parts.append(f"gpu ~ {self.gpu}")
+        if self.platform:
+            parts.append(f"platform ~ {self.platform}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the packages came from: the run's index settings, for commands people paste."""
+
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], find_links: Sequence[str] | None = None) -> Sources:
+        """From a run's stored settings; `find_links` already expanded (`$PIP_FIND_LINKS`) when given."""
+        links = find_links if find_links is not None else [str(f) for f in settings.get("find_links") or [] if "$" not in str(f)]
+        return cls(
+            str(settings.get("index_url") or ""),
+            tuple(str(u) for u in settings.get("extra_index_urls") or []),
+            tuple(links),
+            bool(settings.get("no_index")),
+        )
+
+    def pip_args(self) -> list[str]:
+        args = ["--no-index"] if self.no_index else []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        for folder in self.find_links:
+            args += ["--find-links", folder]
+        return args
+
+    def uv_args(self) -> list[str]:
+        """As `harness.envs` hands them to uv when it builds a cell."""
+        args = ["--no-index"] if self.no_index else []
+        if self.index_url:
+            args += ["--default-index", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--index", url]
+        for folder in self.find_links:
+            args += ["--find-links", folder]
+        return args
+
+
+# -- cells -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Blocker:
+    """One reason a scenario did not pass, and the cells (and runs) that showed it."""
+
+    scenario: str
+    reason: str  # "error: TypeError: … @ accelerate/…", "flaky: 1 of 3 repeat(s) failed (…)", "no outcome"
+    cells: tuple[str, ...]
+    runs: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        where = f"cell {self.cells[0]}" if len(self.cells) == 1 else f"{len(self.cells)} cells"
+        runs = f"; run {', '.join(self.runs)}" if self.runs else ""
+        return f"{self.scenario} {self.reason} ({where}{runs})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "reason": self.reason, "cells": list(self.cells), "runs": list(self.runs)}
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    ok: bool
+    reason: str = ""
+    passed: int = 0
+    total: int = 0
+
+
+@dataclass
+class _Cell:
+    """Every admitted outcome of one combination of exact versions, by scenario."""
+
+    versions: dict[str, str]
+    requested: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def all_rows(self) -> list[Mapping[str, Any]]:
+        return [r for rows in self.rows.values() for r in rows]
+
+    @property
+    def cell_id(self) -> str:
+        return min((str(r.get("cell_id") or "") for r in self.all_rows), default="")
+
+    def runs(self, scenario: str | None = None) -> tuple[str, ...]:
+        rows = self.rows.get(scenario, []) if scenario else self.all_rows
+        return tuple(sorted({str(r.get("run_id") or "") for r in rows} - {""}))
+
+    def verdict(self, scenario: str) -> _Verdict:
+        rows = self.rows.get(scenario, [])
+        if not rows:
+            return _Verdict(False, "no outcome")
+        passed = sum(1 for r in rows if r["status"] == "pass")
+        if passed == len(rows):
+            return _Verdict(True, "", passed, len(rows))
+        reasons = Counter(
+            _reason(str(r["status"]), str(r.get("signature") or ""), str(r.get("message") or "")) for r in rows if r["status"] != "pass"
+        )
+        reason = reasons.most_common(1)[0][0]
+        if passed:
+            reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
+        return _Verdict(False, reason, passed, len(rows))
+
+    def rank_key(self, order: Sequence[str]) -> tuple[Any, ...]:
+        return (*(order_key(self.versions.get(axis)) for axis in order), self.cell_id)
+
+
+def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:
+    cells: dict[tuple[tuple[str, str], ...], _Cell] = {}
+    for row in rows:
+        if row.get("scenario") not in scenarios or not constraints.admits_row(row):
+            continue
+        versions = axis_versions(row)
+        if not versions:
+            continue
+        cell = cells.setdefault(tuple(sorted(versions.items())), _Cell(versions))
+        for axis, value in _json(row.get("versions")).items():
+            cell.requested.setdefault(_name(axis), str(value))
+        cell.rows[str(row["scenario"])].append(row)
+    return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
+
+
+# -- the result ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Exclusion:
+    """A newer version of one axis that the pin does not use, and why."""
+
+    axis: str
+    version: str
+    blockers: tuple[Blocker, ...] = ()
+    note: str = ""  # "not tested with the pinned versions of the other axes; passes with transformers 5.6.2 …"
+
+    def describe(self) -> str:
+        parts = [self.note] if self.note else []
+        parts += [b.describe() for b in self.blockers]
+        return f"{self.axis} {self.version}: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axis": self.axis,
+            "version": self.version,
+            "note": self.note,
+            "blockers": [b.to_dict() for b in self.blockers],
+            "description": self.describe(),
+        }
+
+
+@dataclass(frozen=True)
+class ScenarioEvidence:
+    scenario: str
+    passed: int
+    runs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PinResult:
+    """The chosen set (empty `versions` when nothing qualifies) and the evidence for it."""
+
+    scenarios: tuple[str, ...]
+    constraints: Constraints
+    ranking: tuple[str, ...]
+    candidates: int  # cells that meet the constraints
+    qualifying: int  # of those, cells where every scenario passed
+    versions: tuple[tuple[str, str], ...] = ()  # axis -> exact version, in reading order
+    cell_ids: tuple[str, ...] = ()
+    runs: tuple[str, ...] = ()
+    first_seen: str = ""
+    last_seen: str = ""
+    gpus: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    python: str = ""
+    freeze: tuple[tuple[str, str], ...] = ()  # every installed package -> version or URL
+    inherited: tuple[tuple[str, str], ...] = ()  # taken from the base interpreter
+    evidence: tuple[ScenarioEvidence, ...] = ()
+    excluded: tuple[Exclusion, ...] = ()
+    blocking: tuple[Blocker, ...] = ()  # when nothing qualifies: why, most cells first
+    failing: tuple[tuple[str, int], ...] = ()  # when nothing qualifies: scenario -> candidate cells it fails in
+
+    @property
+    def found(self) -> bool:
+        return bool(self.versions)
+
+    @property
+    def platform(self) -> str:
+        return self.platforms[0] if len(self.platforms) == 1 else ""
+
+    def _require_found(self) -> None:
+        if not self.found:
+            raise ValueError("no version set passes every chosen scenario: nothing to export")
+
+    def header(self) -> str:
+        when = self.last_seen[:10] if self.first_seen[:10] == self.last_seen[:10] else f"{self.first_seen[:10]}..{self.last_seen[:10]}"
+        return (
+            f"# harness pin: the newest set on which {', '.join(self.scenarios)} passed\n"
+            f"# evidence: cell {', '.join(self.cell_ids)}; run {', '.join(self.runs)}; {when}; "
+            f"GPU {', '.join(self.gpus) or '?'}; {', '.join(self.platforms) or '?'}; python {self.python or '?'}\n"
+        )
+
+    def to_requirements(self, sources: Sources | None = None) -> str:
+        """The axes, pinned exactly: `pip install -r requirements.txt -c constraints.txt`."""
+        self._require_found()
+        lines = [" ".join(shlex.quote(a) for a in pair) for pair in _pairs((sources or Sources()).pip_args())]
+        lines += [requirement(axis, value) for axis, value in self.versions]
+        return self.header() + "".join(f"{line}\n" for line in lines)
+
+    def to_constraints(self) -> str:
+        """Every package the passing env had, at its exact version (pip constraints take no URLs:
+        a source is named in a comment and pinned in requirements.txt)."""
+        self._require_found()
+        inherited = dict(self.inherited)
+        lines = []
+        for package, value in sorted({**inherited, **dict(self.freeze)}.items()):
+            line = requirement(package, value)
+            note = "  # from the base interpreter" if package in inherited and package not in dict(self.freeze) else ""
+            lines.append(f"# {line}  (a source: see requirements.txt)" if release(value) is None else line + note)
+        return self.header() + "".join(f"{line}\n" for line in lines)
+
+    def lock_input(self) -> str:
+        """The whole passing freeze as requirements, for `uv pip compile --format pylock.toml`."""
+        self._require_found()
+        merged = {**dict(self.inherited), **dict(self.freeze)}
+        return "".join(f"{requirement(p, v)}\n" for p, v in sorted(merged.items()))
+
+    def install_command(self, tool: Literal["pip", "uv"] = "pip", sources: Sources | None = None) -> str:
+        """One line to paste: `pip install torch==2.13.0+cpu transformers==5.23.0 …`."""
+        self._require_found()
+        words = ["uv", "pip", "install"] if tool == "uv" else ["pip", "install"]
+        words += (sources or Sources()).pip_args()
+        words += [requirement(axis, value) for axis, value in self.versions]
+        return " ".join(shlex.quote(w) for w in words)
+
+    def lock_command(self, uv: str, requirements: str, out: str, sources: Sources | None = None) -> list[str]:
+        """`uv pip compile` of the passing freeze into a PEP 751 lock, for the Python and platform it passed on."""
+        command = [uv, "pip", "compile", requirements, "--format", "pylock.toml", "-o", out, "--no-header", "--quiet"]
+        if _PYTHON_VERSION.match(self.python):
+            command += ["--python-version", self.python]
+        if self.platform in UV_PLATFORMS:
+            command += ["--python-platform", UV_PLATFORMS[self.platform]]
+        return command + (sources or Sources()).uv_args()
+
+    def describe(self) -> list[str]:
+        """The lines `harness pin` prints."""
+        lines = [
+            f"pin for {', '.join(self.scenarios)} (rank: {', '.join(self.ranking)}"
+            + (f"; constraints: {self.constraints.describe()}" if self.constraints.describe() else "")
+            + ")"
+        ]
+        if not self.found:
+            everywhere = [s for s, count in self.failing if count == self.candidates]
+            if everywhere:
+                lines.append(f"nothing passes: {', '.join(everywhere)} does not pass in any of the {self.candidates} candidate cell(s)")
+            else:
+                lines.append(f"nothing passes: none of the {self.candidates} candidate cell(s) passes every chosen scenario")
+            for scenario, count in self.failing:
+                lines.append(f"  {scenario}: does not pass in {count} of {self.candidates} cell(s)")
+                lines += [f"    {b.reason} ({len(b.cells)} cell(s), e.g. {b.cells[0]})" for b in self.blocking if b.scenario == scenario]
+            return lines
+        width = max(len(axis) for axis, _ in self.versions)
+        lines += [f"  {axis:<{width}}  {value}" for axis, value in self.versions]
+        lines.append(self.header().splitlines()[1].removeprefix("# "))
+        lines.append("  " + "; ".join(f"{e.scenario}: pass {e.passed}/{e.passed}" for e in self.evidence))
+        lines.append(f"{self.qualifying} of {self.candidates} candidate cell(s) pass every chosen scenario")
+        if self.excluded:
+            lines.append("newer versions not used:")
+            lines += [f"  {e.describe()}" for e in self.excluded]
+        else:
+            lines.append("no newer version of any axis was tested: this is the newest stored set")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "found": self.found,
+            "scenarios": list(self.scenarios),
+            "constraints": {"fixed": dict(self.constraints.fixed), "gpu": self.constraints.gpu, "platform": self.constraints.platform},
+            "ranking": list(self.ranking),
+            "candidates": self.candidates,
+            "qualifying": self.qualifying,
+            "versions": dict(self.versions),
+            "cell_ids": list(self.cell_ids),
+            "runs": list(self.runs),
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "gpus": list(self.gpus),
+            "platforms": list(self.platforms),
+            "python": self.python,
+            "freeze": dict(self.freeze),
+            "inherited": dict(self.inherited),
+            "evidence": [{"scenario": e.scenario, "passed": e.passed, "runs": list(e.runs)} for e in self.evidence],
+            "excluded": [e.to_dict() for e in self.excluded],
+            "blocking": [b.to_dict() for b in self.blocking],
+            "failing": dict(self.failing),
+        }
+
+
+def _pairs(args: list[str]) -> list[list[str]]:
+    """`["--index-url", "u", "--no-index"]` -> `[["--index-url", "u"], ["--no-index"]]` (one option per line)."""
+    out: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not out:
+            out.append([arg])
+        else:
+            out[-1].append(arg)
+    return out
+
+
+# -- choosing --------------------------------------------------------------------------------
+def full_ranking(ranking: Sequence[str], axes: Iterable[str]) -> tuple[str, ...]:
+    """The user's ranking, then the axes it leaves out in reading order."""
+    ranked = [_name(a) for a in ranking]
+    return (*ranked, *(a for a in axis_sort(set(axes)) if a not in ranked))
+
+
+def choose(
+    rows: Iterable[Mapping[str, Any]],
+    scenarios: Sequence[str],
+    constraints: Constraints | None = None,
+    ranking: Sequence[str] = DEFAULT_RANKING,
+) -> PinResult:
+    """The newest cell on which every scenario in `scenarios` passed, under `constraints`.
+
+    rows: outcome rows shaped like `outcomes_v` (`Store.outcomes()`); repeats and runs of one
+    combination of exact versions are pooled. ranking: the axis compared first, then the next;
+    axes left out follow in reading order.
+    """
+    constraints = constraints or Constraints()
+    wanted = tuple(dict.fromkeys(scenarios))
+    cells = _cells(rows, set(wanted), constraints)
+    order = full_ranking(ranking, {a for c in cells for a in c.versions})
+    present_order = tuple(a for a in order if any(a in c.versions for c in cells))
+    verdicts = {id(c): {s: c.verdict(s) for s in wanted} for c in cells}
+    qualifying = sorted((c for c in cells if all(v.ok for v in verdicts[id(c)].values())), key=lambda c: c.rank_key(order), reverse=True)
+    base = PinResult(wanted, constraints, present_order, len(cells), len(qualifying))
+    if not qualifying:
+        return _nothing_passes(base, cells, verdicts, wanted)
+    chosen = qualifying[0]
+    rows_of = chosen.all_rows
+    latest = max(rows_of, key=lambda r: _when(r.get("started_at")))
+    return replace(
+        base,
+        versions=tuple((a, chosen.versions[a]) for a in axis_sort(chosen.versions)),
+        cell_ids=tuple(sorted({str(r.get("cell_id") or "") for r in rows_of})),
+        runs=chosen.runs(),
+        first_seen=min(_when(r.get("started_at")) for r in rows_of),
+        last_seen=_when(latest.get("started_at")),
+        gpus=tuple(sorted({str(r.get("gpu")) for r in rows_of if r.get("gpu")})),
+        platforms=tuple(sorted({str(r.get("platform")) for r in rows_of if r.get("platform")})),
+        python=str(latest.get("python") or ""),
+        freeze=tuple(sorted(_json(latest.get("installed")).items())),
+        inherited=tuple(sorted(_json(latest.get("inherited")).items())),
+        evidence=tuple(ScenarioEvidence(s, verdicts[id(chosen)][s].passed, chosen.runs(s)) for s in wanted),
+        excluded=tuple(_exclusions(chosen, cells, verdicts, qualifying, order, wanted)),
+    )
+
+
+def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _Verdict]], scenarios: Sequence[str]) -> list[Blocker]:
+    """(scenario, reason) -> the cells showing it, most cells first."""
+    found: dict[tuple[str, str], list[_Cell]] = defaultdict(list)
+    for cell in cells:
+        for scenario in scenarios:
+            verdict = verdicts[id(cell)][scenario]
+            if not verdict.ok:
+                found[(scenario, verdict.reason)].append(cell)
+    blockers = [
+        Blocker(scenario, reason, tuple(sorted(c.cell_id for c in group)), tuple(sorted({r for c in group for r in c.runs(scenario)})))
+        for (scenario, reason), group in found.items()
+    ]
+    return sorted(blockers, key=lambda b: (-len(b.cells), scenarios.index(b.scenario), b.reason))
+
+
+def _exclusions(
+    chosen: _Cell,
+    cells: list[_Cell],
+    verdicts: Mapping[int, Mapping[str, _Verdict]],
+    qualifying: list[_Cell],
+    order: Sequence[str],
+    scenarios: Sequence[str],
+) -> list[Exclusion]:
+    """For every axis and every tested version newer than the chosen one: what kept it out."""
+    by_key = {tuple(sorted(c.versions.items())): c for c in cells}
+    found = []
+    for axis in order:
+        mine = order_key(chosen.versions.get(axis))
+        newer = {c.versions[axis] for c in cells if axis in c.versions and order_key(c.versions[axis]) > mine}
+        for value in sorted(newer, key=order_key, reverse=True):
+            # The neighbour: the chosen set with only this axis changed. Its failures are the answer.
+            neighbour = by_key.get(tuple(sorted({**chosen.versions, axis: value}.items())))
+            if neighbour is not None:
+                found.append(Exclusion(axis, value, tuple(_blockers([neighbour], verdicts, scenarios))))
+                continue
+            passing = [c for c in qualifying if c.versions.get(axis) == value]
+            if passing:
+                best = passing[0]  # `qualifying` is sorted newest first
+                others = [
+                    f"{a} {best.versions.get(a, '(none)')}" for a in order if a != axis and best.versions.get(a) != chosen.versions.get(a)
+                ]
+                found.append(Exclusion(axis, value, (), f"{_UNTESTED}; passes with {', '.join(others)} (cell {best.cell_id})"))
+                continue
+            tested = [c for c in cells if c.versions.get(axis) == value]
+            note = f"{_UNTESTED}; fails in every cell that has it"
+            found.append(Exclusion(axis, value, tuple(_blockers(tested, verdicts, scenarios)), note))
+    return found
+
+
+def _nothing_passes(
+    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, Mapping[str, _Verdict]], scenarios: Sequence[str]
+) -> PinResult:
+    failing = Counter(s for c in cells for s in scenarios if not verdicts[id(c)][s].ok)
+    ranked = sorted(failing.items(), key=lambda item: (-item[1], scenarios.index(item[0])))
+    return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))

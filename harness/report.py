@@ -1,0 +1,637 @@
+"""Reports: a markdown issue body for a failure signature or for one cell, written from evidence. Pure.
+
+What a maintainer needs to act, in the order they read it: a title, where to file it (the
+repository of the innermost frame under test, with cross-links to the other libraries in the
+trace), the exact versions, where it passes and where it fails (the contrast table, the
+columns that vary in bold), which release introduced or fixed it, a repro command, and the
+end of the traceback. Nothing here queries or prints: `harness report` feeds it rows.
+
+>>> rows = [
+...     {"run_id": "r1", "cell_id": f"acc{acc}", "scenario": "load", "repeat": 0, "status": status, "signature": sig,
+...      "versions": {"torch": "2.13.0", "accelerate": acc}, "blamed_library": "accelerate" if sig else ""}
+...     for acc, status, sig in [("1.13.0", "error", "TypeError: x @ accelerate/hooks.py:init_hook"), ("1.14.0", "pass", "")]
+... ]
+>>> body = render_signature_report("TypeError: x @ accelerate/hooks.py:init_hook", rows)
+>>> "**File at:** huggingface/accelerate" in body, "| **1.14.0** | passes |" in body
+(True, True)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from harness.pin import Sources, axis_sort, axis_versions, order_key, requirement
+from harness.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
+
+#: Library (canonical name) -> the GitHub repository that takes its issues.
+REPOSITORIES = {
+    "transformers": "huggingface/transformers",
+    "accelerate": "huggingface/accelerate",
+    "peft": "huggingface/peft",
+    "bitsandbytes": "bitsandbytes-foundation/bitsandbytes",
+    "torch": "pytorch/pytorch",
+    "tokenizers": "huggingface/tokenizers",
+    "safetensors": "huggingface/safetensors",
+    "huggingface-hub": "huggingface/huggingface_hub",
+    "diffusers": "huggingface/diffusers",
+    "trl": "huggingface/trl",
+    "optimum": "huggingface/optimum",
+}
+#: torch raises on behalf of its callers (module calls, meta checks): never a cross-link of its own.
+_SUBSTRATE = frozenset({"torch"})
+_FAILURES = frozenset({"fail", "error", "crash", "timeout", "oom"})
+_TRACE_LINES = 40
+_MAX_CONTRAST_ROWS = 24
+_SITE = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](?:site|dist)-packages[/\\]""")
+_CHECKOUT = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](harness|scenarios)[/\\]""")
+
+
+def repository(library: str) -> str:
+    """`accelerate` -> `huggingface/accelerate`; "" for a library we know no tracker of."""
+    return REPOSITORIES.get(str(canonicalize_name(library)), "") if library else ""
+
+
+def shorten_paths(text: str) -> str:
+    """Runner-specific prefixes out: `/tmp/envs/x/lib/python3.11/site-packages/peft/…` -> `site-packages/peft/…`."""
+    return _CHECKOUT.sub(r"\1/", _SITE.sub("site-packages/", text))
+
+
+def _tail(text: str, lines: int = _TRACE_LINES) -> str:
+    kept = text.rstrip().splitlines()
+    cut = len(kept) - lines
+    return (f"… ({cut} line(s) above)\n" if cut > 0 else "") + "\n".join(kept[-lines:])
+
+
+def _fence(text: str, lang: str = "text") -> str:
+    ticks = "````" if "```" in text else "```"
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def code(text: str) -> str:
+    """Inline code that survives backticks inside: `x`, or ``a `b` c``."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _short(signature: str, limit: int = 160) -> str:
+    """A long signature cut in its message, keeping ` @ location` whole: the location names the library."""
+    if len(signature) <= limit:
+        return signature
+    message, at, location = signature.rpartition(" @ ") if " @ " in signature else (signature, "", "")
+    keep = max(limit - len(at) - len(location) - 1, 40)
+    return message[:keep].rstrip() + "…" + at + location
+
+
+def _cell_text(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _when(value: Any) -> str:
+    return str(value or "").replace("T", " ")[:16]
+
+
+# -- cells -----------------------------------------------------------------------------------
+@dataclass
+class _Cell:
+    cell_id: str
+    versions: dict[str, str]
+    rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+    def all_rows(self) -> list[Mapping[str, Any]]:
+        return [r for rows in self.rows.values() for r in rows]
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (*(order_key(self.versions.get(a)) for a in axis_sort(self.versions)), self.cell_id)
+
+
+def _group(rows: Iterable[Mapping[str, Any]]) -> dict[str, _Cell]:
+    cells: dict[str, _Cell] = {}
+    for row in rows:
+        cell_id = str(row.get("cell_id") or "")
+        if cell_id not in cells:
+            cells[cell_id] = _Cell(cell_id, axis_versions(row))
+        cells[cell_id].rows[str(row["scenario"])].append(row)
+    return cells
+
+
+def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> str:
+    """One scenario in one cell as a table entry: `passes`, `**fails** (error)`, `flaky: fails 1/3`, …
+
+    With `signature`, a failure with another signature is `other failure`; without, every
+    failure is named by its exception type.
+    """
+    if not rows:
+        return "not run"
+    n = len(rows)
+    count = f" {n}/{n}" if n > 1 else ""
+    statuses = Counter(str(r["status"]) for r in rows)
+    if statuses["pass"] == n:
+        return f"passes{count}"
+    if signature is not None:
+        hits = [r for r in rows if r["status"] in _FAILURES and (r.get("signature") or r["status"]) == signature]
+        if len(hits) == n:
+            return f"**fails** ({hits[0]['status']}){count}"
+        if hits:
+            return f"flaky: fails {len(hits)}/{n}"
+    failing = [r for r in rows if r["status"] in _FAILURES]
+    if failing and statuses["pass"]:
+        return f"flaky: fails {len(failing)}/{n}"
+    if failing:
+        status, kind = str(failing[0]["status"]), str(failing[0].get("exception_type") or "")
+        if signature is not None:
+            return f"other failure: {kind or status}"
+        return f"**{status}**{count}" + (f": {kind}" if kind else "")
+    status = statuses.most_common(1)[0][0]
+    return status.replace("_", " ")
+
+
+def _contrast(
+    cells: Sequence[_Cell],
+    scenarios: Sequence[str],
+    signature: str | None,
+    focus: Iterable[str] = (),
+    mark: str = "",
+    evidence: Iterable[str] = (),
+) -> list[str]:
+    """The markdown table: one row per cell, every axis, the varying axes in bold.
+
+    focus: cells to keep and mark (`← this cell`). evidence: cells to keep first when there
+    are too many to show (the ones the attribution compares).
+    """
+    if not cells:
+        return []
+    focus = set(focus)
+    shown = _select(cells, scenarios, signature, focus, set(evidence))
+    omitted = len(cells) - len(shown)
+    axes = axis_sort({a for c in shown for a in c.versions})
+    varying = {a for a in axes if len({c.versions.get(a) for c in shown}) > 1}
+    header = [f"**{a}**" if a in varying else a for a in axes] + [f"`{s}`" for s in scenarios] + ["cell"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cell in shown:
+        values = [f"**{cell.versions.get(a, '')}**" if a in varying else cell.versions.get(a, "") for a in axes]
+        words = [_word(cell.rows.get(s, []), signature) for s in scenarios]
+        label = f"`{cell.cell_id}`" + (f" {mark}" if mark and cell.cell_id in focus else "")
+        lines.append("| " + " | ".join(_cell_text(v) for v in [*values, *words, label]) + " |")
+    if omitted:
+        lines.append(
+            f"\n{omitted} more cell(s) not shown: the rows above are the ones the attribution compares and failing cells "
+            "next to passing ones; `harness summary` lists every cell."
+        )
+    return lines
+
+
+def _select(cells: Sequence[_Cell], scenarios: Sequence[str], signature: str | None, focus: set[str], evidence: set[str]) -> list[_Cell]:
+    """Every cell when they fit; else the focused and evidence cells, then failing cells with a passing neighbour."""
+    ordered = sorted(cells, key=lambda c: c.sort_key())
+    if len(ordered) <= _MAX_CONTRAST_ROWS:
+        return ordered
+    keep = [c for c in ordered if c.cell_id in focus or c.cell_id in evidence]
+    if len(keep) < _MAX_CONTRAST_ROWS:
+
+        def fails(cell: _Cell) -> bool:
+            return any(_word(cell.rows.get(s, []), signature).startswith(("**", "flaky")) for s in scenarios)
+
+        failing = [c for c in ordered if fails(c)]
+        passing_shadows = {key for c in ordered if not fails(c) for key in _shadows(c)}
+        contrasts = [c for c in failing if _shadows(c) & passing_shadows]
+        # One failing cell and its passing neighbours at a time, until the table is full.
+        for cell in contrasts:
+            if len(keep) >= _MAX_CONTRAST_ROWS:
+                break
+            mine = _shadows(cell)
+            group = [cell, *(c for c in ordered if not fails(c) and _shadows(c) & mine)]
+            keep += [c for c in group if c not in keep][: _MAX_CONTRAST_ROWS - len(keep)]
+    chosen = {id(c) for c in keep[: _MAX_CONTRAST_ROWS * 2]}
+    return [c for c in ordered if id(c) in chosen]
+
+
+def _shadows(cell: _Cell) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The cell with one axis left out, for every axis: two cells one axis apart share exactly one."""
+    items = sorted(cell.versions.items())
+    return {(axis, tuple(i for i in items if i[0] != axis)) for axis, _ in items}
+
+
+def _distance(a: _Cell, b: _Cell) -> int:
+    """How many axes two cells differ in."""
+    return sum(a.versions.get(axis) != b.versions.get(axis) for axis in {*a.versions, *b.versions})
+
+
+# -- traces and blame ------------------------------------------------------------------------
+def _trace(row: Mapping[str, Any]) -> str:
+    text = str(row.get("traceback") or "")
+    if not text.strip():
+        message = str(row.get("message") or "")
+        tail = str(row.get("output_tail") or "")
+        text = "\n".join(t for t in (tail.rstrip(), message) if t.strip() and t.strip() not in tail)
+    return shorten_paths(text)
+
+
+def libraries_in_trace(traceback: str, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> list[tuple[str, str]]:
+    """(library, innermost `path.py:function` of it) for every library under test in the trace, outermost first."""
+    parsed = parse_traceback(traceback)
+    if parsed is None:
+        return []
+    innermost: dict[str, str] = {}
+    for frame in parsed[2]:
+        lib, relative = library_of(frame.filename, tuple(libraries))
+        if lib:
+            innermost.pop(lib, None)  # re-insert: the order is that of the innermost frames
+            innermost[lib] = f"{relative}:{frame.function}"
+    return list(innermost.items())
+
+
+def _blamed(rows: Sequence[Mapping[str, Any]], signature: str, transitions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(library, why): the frame the signature names; else the one axis the attribution moves."""
+    counted = Counter(str(r.get("blamed_library") or "") for r in rows if r.get("blamed_library"))
+    if counted:
+        library = counted.most_common(1)[0][0]
+        location = signature.split(" @ ", 1)[1] if " @ " in signature else ""
+        return library, f"the innermost frame under test is `{location}`" if location else "the innermost frame under test is in it"
+    if " @ " in signature:
+        location = signature.rsplit(" @ ", 1)[1]
+        return location.split("/", 1)[0], f"the innermost frame under test is `{location}`"
+    axes = {str(t.get("axis")) for t in transitions if t.get("axis")}
+    if len(axes) == 1:
+        axis = axes.pop()
+        return axis, f"no frame of a library under test; the attribution moves only {axis}'s releases"
+    return "", ""
+
+
+def _file_at(library: str, why: str, others: Sequence[tuple[str, str]]) -> list[str]:
+    repo = repository(library)
+    if repo:
+        lines = [f"**File at:** {repo} — {why} ([new issue](https://github.com/{repo}/issues/new))."]
+    elif library:
+        lines = [f"**File at:** the `{library}` project — {why}."]
+    else:
+        lines = ["**File at:** undetermined — no frame inside a library under test, and no single library's release changes it."]
+    links = [f"{repository(lib) or lib} (`{where}`)" for lib, where in others if lib != library and lib not in _SUBSTRATE]
+    if links:
+        lines.append(f"**Cross-link:** {', '.join(links)} — also in the traceback.")
+    return lines
+
+
+def _headline(row: Mapping[str, Any]) -> str:
+    """The exception as raised, first line: `TypeError: Params4bit.__new__() got …`."""
+    message = str(row.get("message") or "").strip()
+    first = message.splitlines()[0].strip() if message else ""
+    kind = str(row.get("exception_type") or "")
+    if kind and first and not first.startswith(kind):
+        first = f"{kind}: {first}"
+    first = first or str(row.get("signature") or row["status"])
+    return first if len(first) <= 140 else first[:139] + "…"
+
+
+def _paragraph(doc: str) -> str:
+    """A docstring's first paragraph on one line, ending with a full stop."""
+    text = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def _context(doc: str) -> str:
+    """A scenario docstring's first line, up to its first colon: `PEFT adapter load onto a split 4-bit Gemma 4`."""
+    first = doc.strip().splitlines()[0] if doc.strip() else ""
+    return first.split(":", 1)[0].strip().rstrip(".")
+
+
+# -- shared sections -------------------------------------------------------------------------
+def _environment(row: Mapping[str, Any], record: Mapping[str, Any] | None, runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    versions = axis_versions(row)
+    run = runs.get(str(row.get("run_id")), {})
+    host = run.get("host") or {}
+    lines = ["| package | version |", "|---|---|"]
+    lines += [f"| {a} | {_cell_text(versions[a])} |" for a in axis_sort(versions)]
+    gpu = row.get("gpu") or host.get("gpu") or ""
+    details = [
+        ("python", row.get("python") or (record or {}).get("python") or ""),
+        ("platform", row.get("platform") or host.get("platform") or ""),
+        ("GPU", gpu + _gpu_detail(host)),
+        ("run", f"{row.get('run_id', '')}, {_when(row.get('started_at'))} UTC"),
+    ]
+    lines += [f"| {k} | {_cell_text(str(v))} |" for k, v in details if v]
+    freeze = (record or {}).get("installed") or row.get("installed") or {}
+    if isinstance(freeze, str):
+        freeze = json.loads(freeze) if freeze else {}
+    if freeze:
+        body = "\n".join(requirement(p, str(v)) for p, v in sorted(freeze.items()))
+        lines += ["", f"<details><summary>Every installed package ({len(freeze)}, from the env's <code>uv pip freeze</code>)</summary>", ""]
+        lines += [_fence(body), "", "</details>"]
+    return lines
+
+
+def _gpu_detail(host: Mapping[str, Any]) -> str:
+    gpus = host.get("gpus") or []
+    if not gpus:
+        return ""
+    first = gpus[0]
+    parts = [
+        f"{first.get('memory.total', '')}".strip(),
+        f"cc {first.get('compute_cap', '')}".strip(),
+        f"driver {first.get('driver_version', '')}",
+    ]
+    return f" ({', '.join(p for p in parts if p and not p.endswith(' '))}{f', ×{len(gpus)}' if len(gpus) > 1 else ''})"
+
+
+def _repro(
+    cell_id: str,
+    row: Mapping[str, Any],
+    scenarios: Sequence[str],
+    runs: Mapping[str, Mapping[str, Any]],
+    scenario_files: Mapping[str, str],
+) -> list[str]:
+    versions = axis_versions(row)
+    run = runs.get(str(row.get("run_id")), {})
+    settings = run.get("settings") or {}
+    sources = Sources.from_settings(settings)
+    index = Sources(sources.index_url, sources.extra_index_urls, (), sources.no_index).pip_args()
+    words = ["pip", "install", *index, *(requirement(a, versions[a]) for a in axis_sort(versions))]
+    lines = ["# the failing versions, exactly (every other package: the freeze above)", " ".join(_quote(w) for w in words)]
+    if sources.find_links:
+        lines.append(f"# the run also took wheels from --find-links {' '.join(sources.find_links)}")
+    lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
+    lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios]
+    matrix = str(run.get("matrix_path") or "matrix.toml")
+    picks = " ".join(f"--scenario {_quote(s)}" for s in scenarios)
+    lines += ["# or let the harness build the env and run it", f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {picks}"]
+    return ["```bash", *lines, "```"]
+
+
+def _quote(word: str) -> str:
+    return shlex.quote(word)
+
+
+_LISTED = 12  # transitions whose cells the contrast table keeps
+_GROUPS = 8  # groups the attribution section lists
+_PER_GROUP = 3  # lines of the matrix shown per group
+
+
+def _listed(transitions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The transitions whose cells a report shows first: the first line of each group, then the rest."""
+    groups = _grouped(transitions)
+    firsts = [members[0] for _, members in groups]
+    rest = [t for _, members in groups for t in members[1:]]
+    return [*firsts, *rest][:_LISTED]
+
+
+def _grouped(transitions: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """(headline, transitions) for each scenario and change, most lines of the matrix first.
+
+    `fixed in accelerate 1.14.0 (after 1.13.0)` on 312 lines (other axes held at other
+    versions) is one finding, not 312.
+    """
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
+    for t in transitions:
+        if t.get("kind") in ("introduced", "fixed", "flaky"):
+            groups[tuple(str(t.get(k) or "") for k in ("scenario", "kind", "axis", "before", "after"))].append(t)
+    out = []
+    for (scenario, kind, axis, before, after), members in groups.items():
+        label = f"`{scenario}`: " if scenario else ""
+        if kind == "flaky":
+            out.append((f"{label}flaky", members))
+        elif any(not (t.get("untested") or t.get("inconclusive")) for t in members):
+            out.append((f"{label}{kind} in {axis} {after} (after {before})", members))  # a point on at least one line
+        else:
+            out.append((f"{label}{kind} in {axis} ({before}, {after}]", members))
+    # Releases that changed it first, most lines first; flaky cells last.
+    return sorted(out, key=lambda item: (item[1][0].get("kind") == "flaky", -len(item[1]), item[0]))
+
+
+def _line(t: Mapping[str, Any]) -> str:
+    """One transition's line of the matrix: `with torch 2.13.0, …`, and what lies between, if anything."""
+    if t.get("kind") == "flaky":
+        return str(t.get("description") or "")
+    held = t.get("held") or {}
+    parts = []
+    if t.get("untested"):
+        parts.append(f"untested between: {', '.join(map(str, t['untested']))}")
+    if t.get("inconclusive"):
+        parts.append(f"inconclusive: {', '.join(map(str, t['inconclusive']))}")
+    if held:
+        parts.append("with " + ", ".join(f"{a} {v}" for a, v in dict(held).items()))
+    return " — ".join(parts)
+
+
+def _attribution(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
+    groups = _grouped(transitions)
+    if not groups:
+        return ["No release boundary among the tested cells: it fails (or passes) on every tested version of each axis that varies."]
+    lines = []
+    for headline, members in groups[:_GROUPS]:
+        lines.append(f"- {headline}, on {len(members)} line(s) of the matrix:")
+        lines += [f"  - {_line(t)}" for t in members[:_PER_GROUP]]
+        if len(members) > _PER_GROUP:
+            lines.append(f"  - … {len(members) - _PER_GROUP} more")
+    if len(groups) > _GROUPS:
+        lines.append(f"- … and {len(groups) - _GROUPS} more finding(s) (`harness attribute --json`)")
+    return lines
+
+
+def _fixed_note(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not transitions or any(t.get("kind") == "introduced" for t in transitions):
+        return []
+    earliest: dict[str, str] = {}
+    for t in transitions:
+        if t.get("kind") == "fixed":
+            axis, after = str(t["axis"]), str(t["after"])
+            if axis not in earliest or order_key(after) < order_key(earliest[axis]):
+                earliest[axis] = after
+    if not earliest:
+        return []
+    named = " and ".join(f"{axis} {after}" for axis, after in sorted(earliest.items()))
+    each = " (the earliest on each axis)" if len(earliest) > 1 else ""
+    return [
+        f"> **Fixed in a tested release?** The attribution finds it fixed in {named}{each}. "
+        "File only if it still fails with the newest release; otherwise this documents the fix for people searching the error."
+    ]
+
+
+def _footer(rows: Sequence[Mapping[str, Any]], runs: Mapping[str, Mapping[str, Any]], db: str, extra: str = "") -> list[str]:
+    run_ids = sorted({str(r.get("run_id")) for r in rows})
+    when = sorted(_when(r.get("started_at")) for r in rows if r.get("started_at"))
+    gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
+    span = f"{when[0][:10]}..{when[-1][:10]}" if when and when[0][:10] != when[-1][:10] else (when[0][:10] if when else "")
+    source = f" in `{db}`" if db else ""
+    return [
+        "---",
+        f"<sub>Generated by `harness report` from {len(rows)} outcome(s){source}: run(s) {', '.join(run_ids)}"
+        + (f", {span}" if span else "")
+        + (f", GPU {', '.join(gpus)}" if gpus else "")
+        + (f"; {extra}" if extra else "")
+        + ".</sub>",
+    ]
+
+
+# -- the two reports -------------------------------------------------------------------------
+def render_signature_report(
+    signature: str,
+    rows: Iterable[Mapping[str, Any]],
+    transitions: Iterable[Mapping[str, Any]] = (),
+    cells: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    runs: Mapping[str, Mapping[str, Any]] | None = None,
+    scenario_files: Mapping[str, str] | None = None,
+    scenario_docs: Mapping[str, str] | None = None,
+    db: str = "",
+) -> str:
+    """An issue body for one failure signature.
+
+    rows: outcome rows (`Store.outcomes_with_traces()`) of the scenarios it shows in, passing
+    ones included: they are the contrast. transitions: attribution rows (`Store.transitions()`
+    or `attribution.to_rows`); those of other signatures are ignored. cells: cell id -> its
+    `cells` record (for the full freeze). runs: run id -> `Store.runs_info()` entry (settings,
+    host, matrix path). scenario_files / scenario_docs: name -> path / docstring.
+    """
+    rows = list(rows)
+    runs, cells, files, docs = runs or {}, cells or {}, scenario_files or {}, scenario_docs or {}
+    hits = [r for r in rows if r["status"] in _FAILURES and (r.get("signature") or r["status"]) == signature]
+    if not hits:
+        raise ValueError(f"no failing outcome has the signature {signature!r}")
+    moves = [t for t in transitions if t.get("signature", signature) == signature]
+    showing = {r["scenario"] for r in hits}
+    grouped = _group(r for r in rows if r["scenario"] in showing)
+
+    def counts(scenario: str) -> tuple[int, int, int]:
+        """(cells where it fails with this signature, cells where it passes, cells tested) for one scenario."""
+        words = [_word(c.rows[scenario], signature) for c in grouped.values() if c.rows.get(scenario)]
+        return sum(w.startswith("**fails**") for w in words), sum(w.startswith("passes") for w in words), len(words)
+
+    # The scenario with the most failing cells, then the clearest contrast (most passing cells), leads.
+    scenarios = sorted({str(r["scenario"]) for r in hits}, key=lambda s: (-counts(s)[0], -counts(s)[1], s))
+    relevant = [r for r in rows if r["scenario"] in scenarios]
+    primary = [r for r in hits if r["scenario"] == scenarios[0]]
+    library, why = _blamed(hits, signature, moves)
+    libs = tuple(dict.fromkeys([*DEFAULT_LIBRARIES, *(a for c in grouped.values() for a in c.versions)]))
+    # The example: the newest failing set, newest first on the blamed library's axis.
+    order = [library, *axis_sort(axis_versions(primary[0]))] if library else axis_sort(axis_versions(primary[0]))
+    example = max(primary, key=lambda r: (*(order_key(axis_versions(r).get(a)) for a in order), _when(r.get("started_at"))))
+    trace = _trace(example)
+    versions = axis_versions(example)
+    headline = _headline(example)
+    context = _context(docs.get(scenarios[0], ""))
+    blamed_version = f" ({library} {versions[library]})" if library in versions else ""
+    title = (f"{context}: " if context else "") + headline + blamed_version
+
+    out = [f"<!-- harness report: {signature} -->", f"**Suggested title:** {title}", ""]
+    out += _file_at(library, why, libraries_in_trace(str(example.get("traceback") or ""), libs))
+    note = _fixed_note(moves)
+    out += ["", *note] if note else []
+    out += ["", "### Summary", ""]
+    for scenario in scenarios:
+        failing, passing, tested = counts(scenario)
+        doc = _paragraph(docs.get(scenario, ""))
+        out.append(
+            f"- `{scenario}`"
+            + (f" — {doc}" if doc else "")
+            + f" Fails with it in {failing} of {tested} tested version set(s); passes in {passing}."
+        )
+    out += ["", "The error (the table below shows where):"]
+    out += ["", _fence(str(example.get("message") or headline).strip()), ""]
+    out += ["### Environment (the newest failing set)", "", *_environment(example, cells.get(str(example["cell_id"])), runs), ""]
+    # The cells of the transitions the attribution section lists, and the example, come first.
+    compared = {str(t.get(k)) for t in _listed(moves) for k in ("before_cell", "after_cell") if t.get(k)} | {str(example["cell_id"])}
+    table = _contrast(list(grouped.values()), scenarios, signature, evidence=compared)
+    out += ["### Where it passes and where it fails", "", *table, ""]
+    out += ["### Attribution", "", *_attribution(moves), ""]
+    out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios, runs, files), ""]
+    out += ["### Traceback (tail)", "", _fence(_tail(trace)) if trace.strip() else "(none recorded)", ""]
+    family = str(example.get("signature_family") or "")
+    out += _footer(relevant, runs, db, f"signature {code(signature)}" + (f" (family `{family}`)" if family else ""))
+    return "\n".join(out) + "\n"
+
+
+def render_cell_report(
+    cell_id: str,
+    rows: Iterable[Mapping[str, Any]],
+    cell_record: Mapping[str, Any] | None = None,
+    *,
+    transitions: Iterable[Mapping[str, Any]] = (),
+    runs: Mapping[str, Mapping[str, Any]] | None = None,
+    scenario_files: Mapping[str, str] | None = None,
+    scenario_docs: Mapping[str, str] | None = None,
+    db: str = "",
+) -> str:
+    """An issue body for one cell: every scenario's outcome there, its neighbours, each failure.
+
+    rows: outcome rows (with traces) of the cell and, for the contrast, of other cells (the
+    neighbours: one axis different). cell_record: the cell's `cells` record (freeze, env status).
+    """
+    rows = list(rows)
+    runs, files, docs = runs or {}, scenario_files or {}, scenario_docs or {}
+    grouped = _group(rows)
+    if cell_id not in grouped:
+        raise ValueError(f"no outcome of cell {cell_id!r}")
+    cell = grouped[cell_id]
+    moves = list(transitions)
+    scenarios = sorted(cell.rows)
+    failing = [s for s in scenarios if any(r["status"] in _FAILURES for r in cell.rows[s])]
+    env_problem = [s for s in scenarios if all(r["status"] in ("unresolvable", "install_failed") for r in cell.rows[s])]
+    example = max(cell.all_rows(), key=lambda r: _when(r.get("started_at")))
+    named = ", ".join(f"{a} {v}" for a, v in ((a, cell.versions[a]) for a in axis_sort(cell.versions)))
+
+    if failing:
+        first = next(r for r in cell.rows[failing[0]] if r["status"] in _FAILURES)
+        lead = _headline(first) if len(failing) == 1 else f"{len(failing)} of {len(scenarios)} scenarios fail"
+        title = f"{lead} with {named}"
+    elif env_problem:
+        title = f"{named}: the environment cannot be built ({cell.rows[env_problem[0]][0]['status']})"
+    else:
+        title = f"{named}: all {len(scenarios)} scenario(s) pass"
+    out = [f"<!-- harness report: cell {cell_id} -->", f"**Suggested title:** {title}", ""]
+
+    sections: list[str] = []
+    for scenario in failing:
+        hit = next(r for r in reversed(cell.rows[scenario]) if r["status"] in _FAILURES)
+        signature = str(hit.get("signature") or hit["status"])
+        moves_here = [t for t in moves if t.get("signature") == signature and t.get("scenario", scenario) == scenario]
+        library, why = _blamed([hit], signature, moves_here)
+        trace = _trace(hit)
+        libs = tuple(dict.fromkeys([*DEFAULT_LIBRARIES, *cell.versions]))
+        sections += [f"#### `{scenario}`: {_word(cell.rows[scenario])}", ""]
+        doc = _paragraph(docs.get(scenario, ""))
+        sections += [doc, ""] if doc else []
+        sections += _file_at(library, why, libraries_in_trace(str(hit.get("traceback") or ""), libs))
+        sections += ["", f"Signature: {code(signature)}", ""]
+        if moves_here:
+            sections += ["Attribution:", "", *_attribution(moves_here), ""]
+        fenced = _fence(_tail(trace)) if trace.strip() else "(no traceback recorded)"
+        if len(failing) > 2:  # many failures: keep the page scannable
+            sections += ["<details><summary>Traceback (tail)</summary>", "", fenced, "", "</details>", ""]
+        else:
+            sections += [fenced, ""]
+
+    out += ["### Summary", ""]
+    out += ["| scenario | outcome | signature |", "|---|---|---|"]
+    for scenario in scenarios:
+        srows = cell.rows[scenario]
+        sig = next((str(r.get("signature") or "") for r in srows if r["status"] != "pass" and r.get("signature")), "")
+        short = _short(sig)
+        out.append(f"| `{scenario}` | {_cell_text(_word(srows))} | {_cell_text(code(short) if sig else '')} |")
+    out.append("")
+    out += ["### Environment", "", *_environment(example, cell_record, runs), ""]
+    record = cell_record or {}
+    if record.get("env_status") and record.get("env_status") != "ready":
+        out += [f"The environment did not build ({record['env_status']}); the resolver's or installer's words:", ""]
+        out += [_fence(_tail(str(record.get("env_message") or ""))), ""]
+    if failing:
+        neighbours = [
+            c
+            for c in grouped.values()
+            if c.cell_id == cell_id
+            or (
+                sum(c.versions.get(a) != cell.versions.get(a) for a in {*c.versions, *cell.versions}) == 1
+                and any(s in c.rows for s in failing)
+            )
+        ]
+        out += ["### This cell and its neighbours (one version different)", ""]
+        out += [*_contrast(neighbours, failing, None, focus=[cell_id], mark="← this cell"), ""]
+        out += ["### Failures", "", *sections]
+        out += ["### Reproduce", "", *_repro(cell_id, example, failing, runs, files), ""]
+    out += _footer([r for r in rows if r.get("cell_id") == cell_id], runs, db, f"cell `{cell_id}`")
+    return "\n".join(out) + "\n"
