@@ -164,7 +164,9 @@ class Sweep:
 
     def run(self) -> list[Outcome]:
         p = self.plan
-        self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, _settings_dict(self.settings), __version__, self.host)
+        # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
+        settings = {**_settings_dict(self.settings), "find_links_expanded": self.find_links}
+        self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
         done = self.store.done_keys(p.run_id)
         work = [(cell, self.todo(cell, done)) for cell in p.cells]
         self.reporter.start(sum(len(t) for _, t in work))
