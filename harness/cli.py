@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness import __version__
 from harness.catalog import select
 from harness.envs import EnvResult
-from harness.errors import EXIT_OK, HarnessError
+from harness.errors import EXIT_OK, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
 from harness.shardfile import open_store
@@ -76,6 +76,9 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
     p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir, .nox)")
+    p.add_argument("--jobs", type=int, default=1, help="cells built and run at once; with GPUs each job gets one (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--gpus", default=None, help="GPU ids to use, e.g. 0,1 (default: every GPU nvidia-smi sees)")
+    p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
 
@@ -86,6 +89,11 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     options = SweepOptions(
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
     )
+    options.jobs = args.jobs
+    options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    options.shard = parse_shard(args.shard) if args.shard else None
+    if args.jobs < 1:
+        raise BadInput(f"--jobs {args.jobs}: give at least 1")
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
     with open_store(args.db) as store:
         reporter = None if args.no_progress or args.json else ProgressReporter(console)
@@ -103,6 +111,53 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
     render(rows, console, title=f"run {sweep_plan.run_id}")
     return EXIT_OK
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "2/4" -> (2, 4); anything else is bad input that names the fix."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise BadInput(f"--shard {text!r} must look like i/n, e.g. 1/4") from None
+    if not 1 <= index <= count:
+        raise BadInput(f"--shard {text!r}: i must be between 1 and n, e.g. 1/{max(count, 1)}")
+    return index, count
+
+
+def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    from harness.candidates import resolve_matrix
+
+    if args.shards < 1:
+        raise BadInput(f"--shards {args.shards}: give at least 1")
+    cells = resolve_matrix(load_matrix(args.matrix, lenient=True)).cells
+    shards = [f"{i}/{args.shards}" for i in range(1, args.shards + 1)]
+    if args.format == "github-actions":
+        include = [
+            {"shard": s, "results": f"results/shard-{i}.jsonl", "cells": len(_slice(cells, s))}
+            for i, s in enumerate(shards, 1)
+        ]
+        print(json.dumps({"include": include}))
+    else:
+        print(SLURM_TEMPLATE.format(n=args.shards, matrix=args.matrix, cells=len(cells)))
+    return EXIT_OK
+
+
+def _slice(cells: list[Cell], shard: str) -> list[Cell]:
+    from harness.matrix import shard_cells
+
+    return shard_cells(cells, *parse_shard(shard))
+
+
+SLURM_TEMPLATE = """#!/usr/bin/env bash
+#SBATCH --job-name=compat-sweep
+#SBATCH --array=1-{n}
+#SBATCH --gres=gpu:1
+#SBATCH --output=results/slurm-%A_%a.log
+# {cells} cells of {matrix} over {n} array tasks; each writes its own shard.
+# Afterwards: harness merge --db results/compat.duckdb results/shard-*.jsonl
+set -euo pipefail
+harness sweep --matrix {matrix} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress
+"""
 
 
 def _cmd_list(args: argparse.Namespace, console: Console) -> int:
@@ -212,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-python", default="", help="path of that interpreter on the runner (recorded only)")
     p.add_argument("--bnb-keep", nargs="*", default=None, help="slim bitsandbytes wheels to these native libraries, e.g. cuda130")
     p.add_argument("--no-tools", action="store_true", help="do not add the harness's own runner tools (uv)")
+    p = sub.add_parser("plan", help="print a scheduler's matrix of shards: a GitHub Actions matrix or a Slurm array script")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
+    p.add_argument("--format", choices=["github-actions", "slurm"], default="github-actions", help="output format")
     p = sub.add_parser("bisect", help="find the release or commit of one library that breaks or fixes a scenario")
     p.add_argument("--scenario", required=True, help="scenario name or path")
     p.add_argument("--axis", required=True, help="the library to bisect, e.g. accelerate")
@@ -588,6 +647,7 @@ COMMANDS = {
     "merge": _cmd_merge,
     "wheelhouse": _cmd_wheelhouse,
     "bisect": _cmd_bisect,
+    "plan": _cmd_plan,
     "pin": _cmd_pin,
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,

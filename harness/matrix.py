@@ -441,3 +441,15 @@ def expand(
 def _newest(cands: Sequence[Candidate]) -> Candidate:
     versions = [c for c in cands if c.kind == "version"]
     return max(versions, key=lambda c: Version(c.value)) if versions else cands[-1]
+
+
+def shard_cells(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
+    """The `index`-th (1-based) of `count` deterministic slices: by id, round robin.
+
+    >>> [c.id for c in shard_cells([Cell((Candidate("a", "version", v),), "3.11") for v in "1 2 3".split()], 2, 2)]
+    ['a2']
+    """
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {index}/{count}: the index must be between 1 and {count}")
+    ordered = sorted(cells, key=lambda c: c.id)
+    return [c for k, c in enumerate(ordered) if k % count == index - 1]

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +24,7 @@ from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, 
 from harness.catalog import Scenario, applicability, select
 from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
-from harness.matrix import Cell, MatrixSpec, load_matrix
+from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome, Status
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
@@ -41,6 +44,9 @@ class SweepOptions:
     adapter: str = ""
     device: str = ""
     env_root: Path | None = None
+    jobs: int = 1  # cells built and run at once; with GPUs, each job gets one GPU
+    gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
+    shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
 
 
 @dataclass
@@ -104,6 +110,8 @@ def plan(options: SweepOptions) -> SweepPlan:
         if unknown:
             raise BadInput(f"unknown cell id(s) {', '.join(map(repr, unknown))}; list them with `harness list --matrix {options.matrix}`")
         cells = [known[c] for c in options.cells]
+    if options.shard:
+        cells = shard_cells(cells, *options.shard)
     text = options.matrix.read_text()
     run_id = options.run_id or default_run_id(text, scenarios)
     if options.fresh and not options.run_id:
@@ -155,6 +163,7 @@ class Sweep:
         self.libraries = tuple(plan.resolved.axes)
         self.timing = {"env_seconds": 0.0, "scenario_seconds": 0.0, "server_start_seconds": 0.0}
         self.last_env_reused = False
+        self._lock = threading.RLock()
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -168,36 +177,90 @@ class Sweep:
         settings = {**_settings_dict(self.settings), "find_links_expanded": self.find_links}
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
         done = self.store.done_keys(p.run_id)
-        work = [(cell, self.todo(cell, done)) for cell in p.cells]
+        work = [(cell, todo) for cell in p.cells if (todo := self.todo(cell, done))]
         self.reporter.start(sum(len(t) for _, t in work))
-        produced: list[Outcome] = []
-        for cell, todo in work:
-            if todo:
-                produced += self.run_cell(cell, todo)
+        all_gpus = self.gpu_ids()
+        if p.options.jobs <= 1:
+            produced = [o for cell, todo in work for o in self.run_cell(cell, todo, all_gpus)]
+        else:
+            produced = self._run_parallel(work, all_gpus)
         self.reporter.finish()
         return produced
 
-    def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]]) -> list[Outcome]:
-        self.reporter.cell_started(cell)
+    def gpu_ids(self) -> list[str]:
+        if self.plan.options.gpus is not None:
+            return list(self.plan.options.gpus)
+        return [str(i) for i in range(int(self.host.get("gpu_count", 0)))]
+
+    def _run_parallel(self, work: list[tuple[Cell, list[tuple[Scenario, int]]]], all_gpus: list[str]) -> list[Outcome]:
+        """Cells in parallel, one GPU each (round robin); what needs more GPUs runs at the end with all.
+
+        Environment builds of one job overlap with scenarios of the others.
+        """
+        jobs = self.plan.options.jobs
+        slots = [[all_gpus[k % len(all_gpus)]] if all_gpus else [] for k in range(jobs)]
+        pending: queue.Queue[tuple[Cell, list[tuple[Scenario, int]]]] = queue.Queue()
+        for item in work:
+            pending.put(item)
+        produced: list[Outcome] = []
+        deferred: list[tuple[Cell, Scenario, int]] = []
+
+        def worker(slot: list[str]) -> None:
+            while True:
+                try:
+                    cell, todo = pending.get_nowait()
+                except queue.Empty:
+                    return
+                outcomes = self.run_cell(cell, todo, slot, defer=deferred if len(all_gpus) > len(slot) else None)
+                with self._lock:
+                    produced.extend(outcomes)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(worker, slot) for slot in slots]:
+                future.result()
+        for cell in {c.id: c for c, _, _ in deferred}.values():
+            todo = [(s, r) for c, s, r in deferred if c.id == cell.id]
+            produced += self.run_cell(cell, todo, all_gpus)
+        return produced
+
+    def run_cell(
+        self,
+        cell: Cell,
+        todo: list[tuple[Scenario, int]],
+        gpus: list[str] | None = None,
+        defer: list[tuple[Cell, Scenario, int]] | None = None,
+    ) -> list[Outcome]:
+        with self._lock:
+            self.reporter.cell_started(cell)
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
         env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
-        self.timing["env_seconds"] += env.seconds
-        self.last_env_reused = env.reused
         requirements = [c.requirement() for c in cell.candidates]
-        self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
-        self.reporter.env_built(cell, env)
+        with self._lock:
+            self.timing["env_seconds"] += env.seconds
+            self.last_env_reused = env.reused
+            self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
+            self.reporter.env_built(cell, env)
         if not env.ready:
             return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in todo]
+        if defer is not None and gpus is not None:
+            wider = [(s, r) for s, r in todo if len(gpus) < s.requires.gpus <= len(self.gpu_ids())]
+            with self._lock:
+                defer.extend((cell, s, r) for s, r in wider)
+            todo = [item for item in todo if item not in wider]
+        env_vars = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus and self.plan.options.jobs > 1 else {}
         outcomes = []
-        with CellRunner(env.python, isolation=self.settings.isolation, preload=self.settings.preload) as runner:
+        with CellRunner(env.python, isolation=self.settings.isolation, preload=self.settings.preload, env=env_vars) as runner:
             for scenario, repeat in todo:
-                outcomes.append(self._emit(self._run_one(runner, cell, scenario, repeat, env), cell))
-            self.timing["server_start_seconds"] += runner.server_start_seconds
+                gpu_count = len(gpus) if gpus is not None else int(self.host.get("gpu_count", 0))
+                outcomes.append(self._emit(self._run_one(runner, cell, scenario, repeat, env, gpu_count), cell))
+            with self._lock:
+                self.timing["server_start_seconds"] += runner.server_start_seconds
         return outcomes
 
     def _emit(self, outcome: Outcome, cell: Cell) -> Outcome:
-        self.store.add_outcome(outcome)
-        self.reporter.outcome(outcome, cell)
+        with self._lock:  # one writer at a time: DuckDB connections are not shared across threads
+            self.store.add_outcome(outcome)
+            self.reporter.outcome(outcome, cell)
         return outcome
 
     def _base(self, cell: Cell, scenario: Scenario, repeat: int, status: Status) -> Outcome:
@@ -212,15 +275,16 @@ class Sweep:
         outcome.signature, outcome.signature_family = sig.text, sig.family
         return outcome
 
-    def _run_one(self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult) -> Outcome:
-        reason = applicability(scenario, env.freeze, int(self.host.get("gpu_count", 0)))
+    def _run_one(self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int) -> Outcome:
+        reason = applicability(scenario, env.freeze, gpu_count)
         if reason:
             outcome = self._base(cell, scenario, repeat, Status.NOT_APPLICABLE)
             outcome.message = reason
             return outcome
         timeout = float(scenario.timeout or self.settings.timeout)
         raw = runner.run(scenario.path, timeout, _scenario_env(self.plan.options))
-        self.timing["scenario_seconds"] += raw.seconds
+        with self._lock:
+            self.timing["scenario_seconds"] += raw.seconds
         verdict = interpret(raw, timeout, self.libraries)
         outcome = self._base(cell, scenario, repeat, verdict.status)
         outcome.message = mask(verdict.message, self.secrets)[:2000]
