@@ -60,6 +60,12 @@ for _cell in _cell_ids():
 
 
 @nox.session(venv_backend="none")
+def dashboard(session: nox.Session) -> None:
+    """The dashboard (Streamlit) over results/compat.duckdb, else the shipped results/default.duckdb; `-- --db FILE` for another."""
+    _harness(session, "dashboard")
+
+
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The test suite (the same command .ci/run runs)."""
     session.run("bash", ".ci/run", external=True)

@@ -615,6 +615,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     import importlib.util
+    import os
     import subprocess
 
     from harness.errors import BadInput
@@ -632,6 +633,9 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port), "--server.address", args.address]
     command += ["--server.headless", "true" if args.headless else "false", "--browser.gatherUsageStats", "false", "--", "--db", str(db)]
     console.print(f"dashboard over {db} (read-only) at http://{args.address}:{args.port}  (Ctrl+C stops it)")
+    sys.stdout.flush()
+    if os.name == "posix":
+        os.execv(sys.executable, command)  # become the server: a signal to this process reaches it
     try:
         return subprocess.run(command).returncode
     except KeyboardInterrupt:

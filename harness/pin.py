@@ -21,6 +21,7 @@ excluded it; when nothing qualifies, the scenario that fails in every candidate.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -84,7 +85,9 @@ def _by_name_text(text: str) -> Mapping[str, str]:
     return MappingProxyType({_name(k): str(v) for k, v in _json(text).items()})
 
 
+@functools.lru_cache(maxsize=4096)
 def _name(package: str) -> str:
+    # cached: a 100k-outcome store asks for the same few hundred names millions of times
     return str(canonicalize_name(package))
 
 

@@ -1,0 +1,533 @@
+"""Write a large, realistic results file for the dashboard benchmark (default: 100,000 outcomes).
+
+    .venv/bin/python benchmarks/make_large_store.py [--out results/large.duckdb] [--outcomes 100000] [--seed 7]
+
+The shapes follow what real sweeps store: ~2,400 cells (4 torch × 10 transformers ×
+4 accelerate × 5 peft × 3 bitsandbytes), 14 scenarios, CPU runs and GPU runs (H100, H200)
+spread over six months, repeats of 1 or 3, failures driven by version rules taken from the
+forum thread (the `_is_hf_initialized` TypeError until accelerate 1.14, Gemma 4's shared-KV
+`KeyError` in transformers 5.6, the clippable-linear ValueError in every peft, ...), rare
+flaky failures, timeouts and OOMs on GPU, unresolvable cells, full freezes, tracebacks and
+output tails of realistic size, metrics, a few bisection runs (`bisect-…`), and the
+transitions that `harness attribute` computes from all of it.
+
+Schema and transitions go through `harness.store.Store`; the bulk of the outcome rows is
+appended with DuckDB's relational API (`insert_into`), because one `add_outcome` call per row
+would take minutes for a file that only a benchmark needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.attribution import attribute, seen_versions, to_rows
+from harness.outcome import CellRecord
+from harness.store import Store
+
+AXES: dict[str, list[str]] = {
+    "torch": ["2.10.0", "2.11.0", "2.12.0", "2.13.0"],
+    "transformers": ["5.5.0", "5.5.4", "5.6.0", "5.6.2", "5.8.1", "5.10.4", "5.11.0", "5.15.2", "5.20.0", "5.23.0"],
+    "accelerate": ["1.12.0", "1.13.0", "1.14.0", "1.15.0"],
+    "peft": ["0.18.0", "0.19.0", "0.19.1", "0.20.0", "0.21.2"],
+    "bitsandbytes": ["0.48.2", "0.49.2", "0.50.2"],
+}
+SHORT = {"torch": "torch", "transformers": "tf", "accelerate": "acc", "peft": "peft", "bitsandbytes": "bnb"}
+
+SCENARIOS = [
+    "bnb4bit_cpu_state_dict_roundtrip",
+    "gemma4_bnb4bit_towers_forward",
+    "gemma4_device_map_unknown_key",
+    "gemma4_lora_broad_targets",
+    "gemma4_lora_inner_linear",
+    "gemma4_lora_merge_parity",
+    "gemma4_lora_merge_parity_4bit",
+    "gemma4_peft_device_map_shared_kv",
+    "gemma4_peft_split_4bit_generate",
+    "gemma4_peft_split_4bit_load",
+    "gemma4_peft_split_4bit_load_double_quant",
+    "gpu_gemma4_qlora_train_step",
+    "gpu_gemma4_4bit_generate_cuda",
+    "gpu_gemma4_split_cuda_cpu_generate",
+]
+GPU_ONLY = {s for s in SCENARIOS if s.startswith("gpu_")}
+
+HOSTS = [
+    {"hostname": "ci-cpu-1", "platform": "linux-x86_64", "python": "3.11.11", "cpus": 2, "gpu_count": 0, "gpu": "cpu", "gpus": []},
+    {
+        "hostname": "runner-h100",
+        "platform": "linux-x86_64",
+        "python": "3.12.3",
+        "cpus": 16,
+        "gpu_count": 1,
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory.total": "81559 MiB", "compute_cap": "9.0", "driver_version": "580.95.05"}],
+    },
+    {
+        "hostname": "runner-h200",
+        "platform": "linux-x86_64",
+        "python": "3.12.3",
+        "cpus": 16,
+        "gpu_count": 1,
+        "gpu": "NVIDIA H200",
+        "gpus": [{"name": "NVIDIA H200", "memory.total": "143771 MiB", "compute_cap": "9.0", "driver_version": "580.95.05"}],
+    },
+]
+
+OTHER_PACKAGES = {
+    "certifi": "2026.7.22",
+    "filelock": "3.20.0",
+    "fsspec": "2026.3.0",
+    "huggingface-hub": "1.4.1",
+    "jinja2": "3.1.6",
+    "markupsafe": "3.0.3",
+    "mpmath": "1.3.0",
+    "networkx": "3.5",
+    "numpy": "2.3.4",
+    "packaging": "25.0",
+    "psutil": "7.1.3",
+    "pyyaml": "6.0.3",
+    "regex": "2025.11.3",
+    "requests": "2.32.5",
+    "safetensors": "0.7.0",
+    "sympy": "1.14.0",
+    "tokenizers": "0.22.1",
+    "tqdm": "4.67.1",
+    "typing-extensions": "4.15.0",
+    "urllib3": "2.5.0",
+}
+
+
+def vt(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+@dataclass(frozen=True)
+class Bug:
+    """A failure that version rules decide: which scenarios, when, and what it looks like."""
+
+    scenarios: frozenset[str]
+    status: str
+    exception_type: str
+    message: str
+    library: str
+    frame: str  # library/path.py:function
+    when: Any  # (versions, host) -> bool
+
+    @property
+    def signature(self) -> str:
+        head = f"{self.exception_type}: {self.message}" if self.exception_type else self.message
+        return f"{head} @ {self.frame}" if self.frame else head
+
+    @property
+    def family(self) -> str:
+        return hashlib.sha1(self.signature.encode()).hexdigest()[:12]
+
+
+def _bugs() -> list[Bug]:
+    split = frozenset({"gemma4_peft_split_4bit_load", "gemma4_peft_split_4bit_generate", "gemma4_peft_split_4bit_load_double_quant"})
+    return [
+        Bug(
+            split | {"gpu_gemma4_split_cuda_cpu_generate"},
+            "error",
+            "TypeError",
+            "<class>.__new__() got an unexpected keyword argument '_is_hf_initialized'",
+            "accelerate",
+            "accelerate/utils/modeling.py:set_module_tensor_to_device",
+            lambda v, h: vt(v["accelerate"]) < (1, 14) and vt(v["bitsandbytes"]) < (0, 50),
+        ),
+        Bug(
+            frozenset({"gemma4_peft_device_map_shared_kv"}),
+            "error",
+            "KeyError",
+            "<key>",
+            "transformers",
+            "transformers/models/gemma4/modeling_gemma4.py:forward",
+            lambda v, h: (5, 6) <= vt(v["transformers"]) < (5, 10),
+        ),
+        Bug(
+            frozenset({"gemma4_lora_broad_targets"}),
+            "error",
+            "ValueError",
+            "Target module Gemma4ClippableLinear(...) is not supported. Currently, only the following modules are supported: ...",
+            "peft",
+            "peft/tuners/lora/model.py:_create_new_module",
+            lambda v, h: True,
+        ),
+        Bug(
+            frozenset({"gemma4_peft_split_4bit_generate"}),
+            "error",
+            "KeyError",
+            "<key>",
+            "accelerate",
+            "accelerate/utils/offload.py:__getitem__",
+            lambda v, h: vt(v["accelerate"]) >= (1, 14) and h["gpu_count"] == 0,
+        ),
+        Bug(
+            frozenset({"gemma4_bnb4bit_towers_forward"}),
+            "error",
+            "TypeError",
+            "torch.finfo() requires a floating point input type. Use torch.iinfo to handle '<name>'",
+            "bitsandbytes",
+            "bitsandbytes/nn/modules.py:forward",
+            lambda v, h: vt(v["bitsandbytes"]) < (0, 50),
+        ),
+        Bug(
+            frozenset({"gemma4_lora_merge_parity_4bit"}),
+            "fail",
+            "",
+            "check failed: merged 4-bit output differs from adapter output (max abs logit diff <n>)",
+            "",
+            "",
+            lambda v, h: h["gpu_count"] == 0 or vt(v["peft"]) < (0, 20),
+        ),
+        Bug(
+            frozenset({"bnb4bit_cpu_state_dict_roundtrip"}),
+            "fail",
+            "",
+            "check failed: output changes by <n> after state_dict()",
+            "",
+            "",
+            lambda v, h: h["gpu_count"] == 0 and vt(v["bitsandbytes"]) < (0, 50),
+        ),
+        Bug(
+            frozenset({"gemma4_device_map_unknown_key"}),
+            "fail",
+            "",
+            "check failed: `model.multi_modal_projector` names no module, nothing reported it",
+            "",
+            "",
+            lambda v, h: vt(v["accelerate"]) < (1, 15),
+        ),
+        Bug(
+            frozenset({"gemma4_peft_split_4bit_load", "gemma4_peft_split_4bit_load_double_quant"}),
+            "error",
+            "ValueError",
+            "The device_map provided does not give any device for the following parameters: <names>",
+            "transformers",
+            "transformers/modeling_utils.py:_load_pretrained_model",
+            lambda v, h: v["transformers"] == "5.5.0",
+        ),
+        Bug(
+            frozenset({"gemma4_lora_inner_linear", "gemma4_lora_merge_parity"}),
+            "error",
+            "ImportError",
+            "cannot import name 'HybridCache' from 'transformers.cache_utils'",
+            "peft",
+            "peft/peft_model.py:<module>",
+            lambda v, h: v["peft"] == "0.18.0" and vt(v["transformers"]) >= (5, 20),
+        ),
+        Bug(
+            frozenset({"gpu_gemma4_qlora_train_step"}),
+            "oom",
+            "torch.OutOfMemoryError",
+            "CUDA out of memory. Tried to allocate <n> GiB. GPU <n> has a total capacity of <n> GiB",
+            "torch",
+            "torch/utils/checkpoint.py:forward",
+            lambda v, h: "H100" in h["gpu"] and vt(v["torch"]) < (2, 12),
+        ),
+        Bug(
+            frozenset({"gpu_gemma4_4bit_generate_cuda"}),
+            "crash",
+            "",
+            "crash: killed by SIGSEGV",
+            "",
+            "",
+            lambda v, h: v["torch"] == "2.10.0" and v["bitsandbytes"] == "0.50.2",
+        ),
+        Bug(
+            frozenset({"gpu_gemma4_split_cuda_cpu_generate"}),
+            "timeout",
+            "",
+            "timeout: no result within <n> s",
+            "",
+            "",
+            lambda v, h: vt(v["accelerate"]) == (1, 12, 0) and vt(v["transformers"]) >= (5, 15),
+        ),
+    ]
+
+
+BUGS = _bugs()
+FLAKY = Bug(
+    frozenset(SCENARIOS),
+    "error",
+    "RuntimeError",
+    "CUDA error: an illegal memory access was encountered",
+    "bitsandbytes",
+    "bitsandbytes/functional.py:dequantize_4bit",
+    lambda v, h: True,
+)
+
+
+def cell_id(versions: dict[str, str]) -> str:
+    return "-".join(f"{SHORT[a]}{versions[a]}" for a in AXES)
+
+
+def all_cells() -> list[dict[str, str]]:
+    cells: list[dict[str, str]] = [{}]
+    for axis, values in AXES.items():
+        cells = [{**c, axis: v} for c in cells for v in values]
+    return cells
+
+
+def unresolvable(v: dict[str, str]) -> str:
+    """The resolver's words for combinations that cannot be installed together ('' when they can)."""
+    if v["torch"] == "2.10.0" and vt(v["transformers"]) >= (5, 20):
+        return f"Because transformers=={v['transformers']} depends on torch>=2.11 and you require torch==2.10.0, we can conclude ..."
+    if v["accelerate"] == "1.12.0" and vt(v["peft"]) >= (0, 21):
+        return f"Because peft=={v['peft']} depends on accelerate>=1.13.0 and you require accelerate==1.12.0, we can conclude ..."
+    return ""
+
+
+def traceback_text(bug: Bug, rng: random.Random) -> str:
+    if not bug.exception_type or bug.status in ("fail", "crash", "timeout"):
+        return ""
+    frames = [
+        ("scenarios/{s}.py", 42, "<module>"),
+        ("peft/peft_model.py", 545, "from_pretrained"),
+        ("peft/peft_model.py", 1402, "load_adapter"),
+        ("accelerate/big_modeling.py", 502, "dispatch_model"),
+        ("accelerate/hooks.py", 177, "add_hook_to_module"),
+        ("accelerate/hooks.py", 341, "init_hook"),
+    ]
+    path, _, func = bug.frame.partition(":")
+    frames.append((path, rng.randint(100, 2000), func))
+    lines = ["Traceback (most recent call last):"]
+    for file, line, fn in frames:
+        lines.append(f'  File "/work/.nox/cell/lib/python3.11/site-packages/{file}", line {line}, in {fn}')
+        lines.append("    " + rng.choice(["module._hf_hook.init_hook(module)", "set_module_tensor_to_device(...)", "return fn(*a, **kw)"]))
+    lines.append(f"{bug.exception_type}: {bug.message.replace('<key>', str(rng.randint(0, 40)))}")
+    return "\n".join(lines)
+
+
+def output_tail(status: str, rng: random.Random) -> str:
+    lines = [f"[harness] torch imported in {rng.uniform(5, 12):.2f} s"]
+    lines += [f"step {i}: loss {rng.uniform(0.5, 3):.4f}" for i in range(rng.randint(5, 40))]
+    if status != "pass":
+        lines += ["Warning: offloading some layers to disk", "RESULT " + status]
+    return "\n".join(lines)
+
+
+def metrics(scenario: str, status: str, host: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    m: dict[str, Any] = {"seconds": round(rng.uniform(1, 8), 3), "peak_rss_mib": round(rng.uniform(900, 4200), 1)}
+    if "parity" in scenario:
+        m["max_abs_logit_diff"] = round(rng.uniform(0.3, 0.7), 4) if status == "fail" else round(rng.uniform(1e-6, 1e-3), 7)
+        m["token_agreement"] = round(rng.uniform(0, 0.5), 2) if status == "fail" else 1.0
+    if host["gpu_count"]:
+        m["cuda_peak_mib"] = round(rng.uniform(2000, 60000), 1)
+    return m
+
+
+def decide(scenario: str, versions: dict[str, str], host: dict[str, Any], rng: random.Random) -> tuple[str, Bug | None]:
+    if scenario in GPU_ONLY and host["gpu_count"] == 0:
+        return "not_applicable", None
+    for bug in BUGS:
+        if scenario in bug.scenarios and bug.when(versions, host):
+            return bug.status, bug
+    if rng.random() < 0.004:
+        return "error", FLAKY
+    return "pass", None
+
+
+def generate(out: Path, total: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    if out.exists():
+        out.unlink()
+    cells = all_cells()
+    rows: list[tuple[Any, ...]] = []
+    start = datetime(2026, 5, 4, 8, 0, 0)
+    n_runs = 0
+    with Store(out) as store:
+        store.con.begin()  # thousands of cell records: one transaction, not one each
+        while len(rows) < total:
+            host = HOSTS[n_runs % len(HOSTS)]
+            run_id = f"r-{hashlib.sha1(f'{seed}-{n_runs}'.encode()).hexdigest()[:10]}"
+            begun = start + timedelta(days=n_runs * 11, hours=rng.randint(0, 12))
+            repeats = 3 if n_runs % 4 == 3 else 1
+            chosen = rng.sample(cells, rng.randint(500, 900))
+            store.ensure_run(run_id, "matrix.toml", "# generated", {"repeats": repeats}, "0.1.0", host)
+            n_runs += 1
+            moment = begun
+            for versions in chosen:
+                if len(rows) >= total:
+                    break
+                cid = cell_id(versions)
+                problem = unresolvable(versions)
+                freeze = {**OTHER_PACKAGES, **versions}
+                store.record_cell(
+                    CellRecord(
+                        run_id,
+                        cid,
+                        str(host["python"]),
+                        dict(versions),
+                        [f"{a}=={v}" for a, v in versions.items()],
+                        {} if problem else freeze,
+                        {},
+                        {},
+                        "unresolvable" if problem else "ready",
+                        problem,
+                        0.0 if rng.random() < 0.7 else round(rng.uniform(4, 90), 2),
+                        False,
+                    )
+                )
+                for scenario in SCENARIOS:
+                    for repeat in range(repeats):
+                        if len(rows) >= total:
+                            break
+                        moment += timedelta(seconds=rng.uniform(2, 20))
+                        rows.append(_row(run_id, cid, scenario, repeat, versions, host, problem, moment, rng))
+        store.con.commit()
+        # Bisection rows first, so that cutting at `total` keeps them and the count stays exact.
+        rows = (_bisections(store, rng, start + timedelta(days=n_runs * 11)) + rows)[:total]
+        _insert(store, rows)
+        stored = store.outcomes()
+        result = attribute(stored, known_versions=seen_versions(stored))
+        written = store.replace_transitions(to_rows(result))
+        count = store.count("outcomes")
+    return {"outcomes": count, "runs": n_runs, "transitions": written, "cells": len(cells), "scenarios": len(SCENARIOS)}
+
+
+def _row(
+    run_id: str,
+    cid: str,
+    scenario: str,
+    repeat: int,
+    versions: dict[str, str],
+    host: dict[str, Any],
+    problem: str,
+    moment: datetime,
+    rng: random.Random,
+) -> tuple[Any, ...]:
+    if problem:
+        return (
+            run_id,
+            cid,
+            scenario,
+            repeat,
+            "unresolvable",
+            problem,
+            "unresolvable: " + problem.split(",")[0],
+            "",
+            "",
+            "",
+            "",
+            "",
+            0.0,
+            "{}",
+            moment,
+        )
+    status, bug = decide(scenario, versions, host, rng)
+    if bug is None:
+        message = "requires a GPU" if status == "not_applicable" else ""
+        tail = "" if status == "not_applicable" else output_tail(status, rng)
+        m = {} if status == "not_applicable" else metrics(scenario, status, host, rng)
+        return (
+            run_id,
+            cid,
+            scenario,
+            repeat,
+            status,
+            message,
+            "",
+            "",
+            "",
+            "",
+            "",
+            tail,
+            round(rng.uniform(2, 9), 2),
+            json.dumps(m),
+            moment,
+        )
+    return (
+        run_id,
+        cid,
+        scenario,
+        repeat,
+        status,
+        bug.message,
+        bug.signature,
+        bug.family,
+        bug.library,
+        bug.exception_type,
+        traceback_text(bug, rng),
+        output_tail(status, rng),
+        round(rng.uniform(2, 300 if status == "timeout" else 12), 2),
+        json.dumps(metrics(scenario, status, host, rng)),
+        moment,
+    )
+
+
+def _bisections(store: Store, rng: random.Random, when: datetime) -> list[tuple[Any, ...]]:
+    """Two bisections stored as a real `harness bisect` stores them: run `bisect-<scenario>-<axis>`."""
+    rows = []
+    host = HOSTS[0]
+    base = {"torch": "2.13.0", "transformers": "5.6.2", "accelerate": "1.13.0", "peft": "0.19.1", "bitsandbytes": "0.49.2"}
+    for scenario, axis, probes in [
+        ("gemma4_peft_split_4bit_load", "accelerate", ["1.13.0", "1.14.0", "1.13.1"]),
+        ("gemma4_peft_device_map_shared_kv", "transformers", ["5.8.1", "5.10.4", "5.9.0", "5.9.1"]),
+    ]:
+        run_id = f"bisect-{scenario}-{axis}"
+        store.ensure_run(run_id, "matrix.toml", "# generated", {}, "0.1.0", host)
+        for value in probes:
+            versions = {**base, axis: value}
+            cid = cell_id(versions)
+            store.record_cell(
+                CellRecord(run_id, cid, "3.11.11", versions, [], {**OTHER_PACKAGES, **versions}, {}, {}, "ready", "", 30.0, False)
+            )
+            when += timedelta(minutes=3)
+            rows.append(_row(run_id, cid, scenario, 0, versions, host, "", when, rng))
+    return rows
+
+
+def _insert(store: Store, rows: list[tuple[Any, ...]]) -> None:
+    import pyarrow as pa
+
+    columns = [
+        "run_id",
+        "cell_id",
+        "scenario",
+        "repeat",
+        "status",
+        "message",
+        "signature",
+        "signature_family",
+        "blamed_library",
+        "exception_type",
+        "traceback",
+        "output_tail",
+        "seconds",
+        "metrics",
+        "started_at",
+    ]
+    table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(columns)})
+    store.con.from_arrow(table).insert_into("outcomes")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results/large.duckdb"))
+    parser.add_argument("--outcomes", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    began = time.perf_counter()
+    info = generate(args.out, args.outcomes, args.seed)
+    print(
+        f"{args.out}: {info['outcomes']} outcomes, {info['runs']} sweep runs + 2 bisections, {info['cells']} possible cells, "
+        f"{info['scenarios']} scenarios, {info['transitions']} transitions ({time.perf_counter() - began:.1f} s, "
+        f"{args.out.stat().st_size / 2**20:.1f} MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""What every page shares: which results file, cached read-only queries, the data banner, filters.
+
+Connections (`HARNESS_DASHBOARD_CONNECTION`): `held`, the default, keeps one read-only
+connection per file while the dashboard is in use and closes it after IDLE_SECONDS without a
+query, so DuckDB's cache stays warm across clicks but the file's lock is let go soon after: a
+sweep can then write to it. `per-query` opens and closes the file around every query (never
+blocks a writer for longer than a query, but each open starts DuckDB cold); `cached` keeps one
+connection for the server's life (st.cache_resource: fastest, and a sweep on the same file
+fails until the dashboard stops). Query results are cached per file version (path, size, mtime,
+and the same for its WAL), so a file a sweep changed is read again. docs/dashboard.md has the
+measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from dashboard import logic
+from harness.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DB = REPO / "results" / "default.duckdb"
+#: What the shipped file is, shown whenever it is the one on screen.
+DEFAULT_DESCRIPTION = "the sample shipped with the harness: the default CPU sweep of matrix.toml, run for real"
+CONNECTION = os.environ.get("HARNESS_DASHBOARD_CONNECTION", "held")
+#: `held` connections close after this many seconds without a query.
+IDLE_SECONDS = 10.0
+PAGES = {
+    "matrix": "views/matrix.py",
+    "failures": "views/failures.py",
+    "cell": "views/cell.py",
+    "compare": "views/compare.py",
+    "pin": "views/pin.py",
+}
+
+
+def given_db() -> Path:
+    """`streamlit run dashboard/app.py -- --db FILE`, else $HARNESS_DASHBOARD_DB, else the shipped file."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--db", type=Path, default=None)
+    args, _ = parser.parse_known_args(sys.argv[1:])
+    if args.db is not None:
+        return Path(args.db)
+    if os.environ.get("HARNESS_DASHBOARD_DB"):
+        return Path(os.environ["HARNESS_DASHBOARD_DB"])
+    return DEFAULT_DB
+
+
+def db_choices() -> list[Path]:
+    """The given file first, then the other results files beside the shipped one."""
+    given = given_db()
+    others = sorted(p for p in (REPO / "results").glob("*.duckdb") if p.resolve() != given.resolve())
+    return [given, *others]
+
+
+def db_path() -> Path:
+    chosen = st.session_state.get("db_choice")
+    return Path(chosen) if chosen else given_db()
+
+
+def file_version(path: Path) -> tuple[str, int, int, int, int]:
+    """Changes whenever a sweep writes to the file, so cached results are never stale."""
+    try:
+        main = path.stat()
+    except FileNotFoundError:
+        return (str(path), 0, 0, 0, 0)
+    wal = Path(f"{path}.wal")
+    extra = wal.stat() if wal.exists() else None
+    return (str(path.resolve()), main.st_mtime_ns, main.st_size, extra.st_mtime_ns if extra else 0, extra.st_size if extra else 0)
+
+
+@st.cache_resource(show_spinner=False)
+def _shared_store(path: str) -> tuple[Store, threading.Lock]:
+    return Store(path, read_only=True), threading.Lock()
+
+
+class _Held:
+    """One read-only connection per file, shared by every session, closed when idle."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # one DuckDB connection is not safe across Streamlit's session threads
+        self.stores: dict[str, Store] = {}
+        self.timers: dict[str, threading.Timer] = {}
+
+    def call(self, path: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with self.lock:
+            store = self.stores.get(path)
+            if store is None:
+                store = self.stores[path] = Store(path, read_only=True)
+            try:
+                return getattr(store, method)(*args, **kwargs)
+            finally:
+                if path in self.timers:
+                    self.timers.pop(path).cancel()
+                timer = self.timers[path] = threading.Timer(IDLE_SECONDS, self.close, [path])
+                timer.daemon = True
+                timer.start()
+
+    def close(self, path: str) -> None:
+        with self.lock:
+            store = self.stores.pop(path, None)
+            timer = self.timers.pop(path, None)
+            if timer is not None:
+                timer.cancel()
+            if store is not None:
+                store.close()
+
+    def close_all(self) -> None:
+        for path in list(self.stores):
+            self.close(path)
+
+
+_held = _Held()
+atexit.register(_held.close_all)  # a connection left to the interpreter's teardown makes DuckDB complain
+
+
+def _call(path: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if CONNECTION == "held":
+        return _held.call(path, method, args, kwargs)
+    if CONNECTION == "cached":
+        store, lock = _shared_store(path)
+        with lock:
+            return getattr(store, method)(*args, **kwargs)
+    with Store(path, read_only=True) as store:
+        return getattr(store, method)(*args, **kwargs)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _cached(version: tuple[str, int, int, int, int], method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _call(version[0], method, args, kwargs)
+
+
+def query(method: str, *args: Any, **kwargs: Any) -> Any:
+    """`Store(db, read_only=True).<method>(*args, **kwargs)`, cached until the file changes."""
+    return _cached(file_version(db_path()), method, args, kwargs)
+
+
+def version() -> tuple[str, int, int, int, int]:
+    return file_version(db_path())
+
+
+# -- the frame of every page ------------------------------------------------------------------
+def data_banner() -> dict[str, Any]:
+    """Say which data is on screen (and stop with the reason when it cannot be read)."""
+    path = db_path()
+    try:
+        overview = query("dashboard_overview")
+    except Exception as exc:  # StoreError (no such file, not DuckDB), or DuckDB's lock while a sweep writes
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "lock" in first.lower():
+            st.error(
+                f"Cannot read {path}: another process holds DuckDB's write lock on it. "
+                "If a sweep is writing to it, wait until it ends, or open a copy of the file."
+            )
+        else:
+            st.error(f"Cannot read {path}: {first}")
+        st.stop()
+    shown = _display(path)
+    what = f"**{shown}** — {DEFAULT_DESCRIPTION}" if path.resolve() == DEFAULT_DB.resolve() else f"**{shown}**"
+    span = ""
+    if overview["first"] is not None:
+        first, last = str(overview["first"])[:10], str(overview["last"])[:10]
+        span = f" · {first}" if first == last else f" · {first} … {last}"
+    hosts = ", ".join(overview["gpus"]) or "no host recorded"
+    st.caption(
+        f"Data: {what} · {overview['outcomes']:,} outcomes · {overview['runs']} run(s) · {overview['cells']} cell(s) · "
+        f"{overview['scenarios']} scenario(s) · {hosts}{span} · {overview['transitions']:,} stored transition(s)"
+    )
+    if overview["outcomes"] == 0:
+        st.info(f"{shown} holds no outcomes yet: run `harness sweep --db {shown}`.")
+        st.stop()
+    return dict(overview)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def source_picker() -> None:
+    """The sidebar's choice of results file (the given one, or another under results/)."""
+    choices = [str(p) for p in db_choices()]
+    if st.session_state.get("db_choice") not in choices:
+        st.session_state["db_choice"] = choices[0]
+    st.sidebar.selectbox("Results file", choices, key="db_choice", format_func=lambda p: _display(Path(p)))
+
+
+def keep(key: str, default: Any) -> None:
+    """Give widget `key` its last value when a page comes back (Streamlit forgets widgets that
+    were not drawn in the previous run; the value is kept under a key of our own)."""
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(f"kept:{key}", default)
+
+
+def remember(key: str) -> None:
+    st.session_state[f"kept:{key}"] = st.session_state.get(key)
+
+
+def multiselect(
+    label: str, options: Sequence[str], key: str, *, where: Any = None, help: str | None = None, placeholder: str = "any"
+) -> list[str]:
+    keep(key, [])
+    st.session_state[key] = [v for v in st.session_state[key] if v in options]
+    value = (where or st).multiselect(label, list(options), key=key, help=help, placeholder=placeholder)
+    remember(key)
+    return list(value)
+
+
+def filters(facets: dict[str, list[str]], *, scenario: bool = True) -> dict[str, list[str]]:
+    """Sidebar filters shared by Matrix and Failures: runs, scenarios, GPU, platform, each axis."""
+    side = st.sidebar
+    side.markdown("**Filters** (empty: any)")
+    chosen: dict[str, list[str]] = {}
+    axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
+    for axis in axes:
+        chosen[axis] = multiselect(axis, logic.sort_versions(facets[axis]), f"f_{axis}", where=side)
+    if scenario:
+        chosen["scenario"] = multiselect("scenario", facets["scenario"], "f_scenario", where=side)
+    chosen["gpu"] = multiselect("GPU", facets["gpu"], "f_gpu", where=side, help="`cpu` for runs on machines without a GPU")
+    if len(facets["platform"]) > 1:
+        chosen["platform"] = multiselect("platform", facets["platform"], "f_platform", where=side)
+    chosen["run_id"] = multiselect("run", facets["run_id"], "f_run", where=side, help="bisections are runs named bisect-<scenario>-<axis>")
+    return {k: v for k, v in chosen.items() if v}
+
+
+def open_cell(cell_id: str, scenario: str = "") -> None:
+    params = {"cell": cell_id, **({"scenario": scenario} if scenario else {})}
+    st.switch_page(PAGES["cell"], query_params=params)

@@ -1,0 +1,117 @@
+"""Failures: each signature, the library it blames, the cells it hits, and where it was introduced and fixed."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from dashboard import common, logic
+
+COLUMNS = ["signature", "blames", "introduced in", "fixed in", "status", "cells", "outcomes", "flaky", "scenarios", "runs", "last seen"]
+
+st.title("Failures")
+common.data_banner()
+facets = common.query("dashboard_facets")
+chosen = common.filters(facets)
+
+scopes = common.query("dashboard_transition_scopes")
+scope = ""
+if len(scopes) > 1:
+    scope = st.sidebar.selectbox(
+        "transitions computed from", scopes, format_func=lambda s: s or "all runs", key="scope", help="`harness attribute --run-id`"
+    )
+elif scopes:
+    scope = scopes[0]
+
+failures = common.query("dashboard_failures", chosen)
+summary = common.query("dashboard_transition_summary", scope)
+if not failures:
+    st.success("No failures among the outcomes that match these filters.")
+else:
+    table = logic.failures_frame(failures, summary)
+    st.markdown(f"**{len(table)}** failure signature(s) over the filtered outcomes; transitions from `harness attribute`.")
+    if not scopes:
+        st.caption("No transitions stored in this file: run `harness attribute --db FILE` to fill the introduced / fixed columns.")
+    event = st.dataframe(
+        table,
+        key="failures_table",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        column_order=COLUMNS,
+        column_config={
+            "signature": st.column_config.TextColumn("signature", width="large"),
+            "introduced in": st.column_config.TextColumn("introduced in", width="medium"),
+            "fixed in": st.column_config.TextColumn("fixed in", width="medium"),
+            "cells": st.column_config.ProgressColumn("cells", format="%d", min_value=0, max_value=int(table["cells"].max() or 1)),
+            "last seen": st.column_config.DatetimeColumn("last seen", format="YYYY-MM-DD HH:mm"),
+        },
+    )
+    rows = event.selection.rows
+    attributed = [i for i in range(len(table)) if table.iloc[i]["introduced in"] or table.iloc[i]["fixed in"]]
+    index = rows[0] if rows else (attributed[0] if attributed else 0)
+    signature = str(table.iloc[index]["signature"])
+    row = failures[index]
+
+    if rows:
+        st.subheader("Signature")
+    else:
+        st.subheader(f"Signature (the {'most widespread with transitions' if attributed else 'most widespread'}; select a row for another)")
+    st.code(signature, language=None, wrap_lines=True)
+    left, right = st.columns([3, 1])
+    left.markdown(
+        f"blames **{row.get('blamed_library') or '—'}** · {row['cells']} cell(s) · {row['outcomes']} outcome(s) · "
+        f"{row['runs']} run(s) · scenarios: {', '.join(row['scenarios'])}"
+    )
+    if right.button("Open an affected cell", key="open_example"):
+        common.open_cell(str(row["example_cell"]), str(row["scenarios"][0]))
+
+    transitions = common.query("dashboard_transitions", signature, scope)
+    if transitions:
+        st.markdown("**Version timeline** — where this failure was introduced (red) and fixed (green), per library")
+        known = {axis: values for axis, values in facets.items() if axis not in ("scenario", "run_id", "platform", "gpu")}
+        for axis, points in logic.timeline(transitions, known).items():
+            versions = points.attrs["versions"]
+            base = alt.Chart(points).encode(
+                x=alt.X("version:N", sort=versions, scale=alt.Scale(domain=versions), title=axis, axis=alt.Axis(labelAngle=0)),
+            )
+            chart = base.mark_point(filled=True, opacity=0.9).encode(
+                y=alt.Y("kind:N", title=None, sort=["introduced", "fixed"]),
+                size=alt.Size("lines:Q", title="lines", scale=alt.Scale(range=[80, 600])),
+                color=alt.Color(
+                    "kind:N", scale=alt.Scale(domain=list(logic.KIND_COLOURS), range=list(logic.KIND_COLOURS.values())), legend=None
+                ),
+                tooltip=["kind", "version", "after", "lines", "scenarios"],
+            )
+            st.altair_chart(chart.properties(height=110), width="stretch")
+        with st.expander(f"All {len(transitions)} transition(s)"):
+            st.dataframe(
+                [
+                    {
+                        "scenario": t["scenario"],
+                        "kind": t["kind"],
+                        "axis": t["axis"],
+                        "before": t["before"],
+                        "after": t["after"],
+                        "description": t["description"],
+                        "before cell": t["before_cell"],
+                        "after cell": t["after_cell"],
+                    }
+                    for t in transitions
+                ],
+                hide_index=True,
+            )
+    elif scopes:
+        st.caption("No transition of this signature: it fails on every version tried, or never between neighbouring versions.")
+
+st.header("Bisections")
+found = logic.bisections(common.query("dashboard_bisections"))
+if not found:
+    st.caption("No bisection in this file (`harness bisect` stores its probes under runs named bisect-<scenario>-<axis>).")
+for bisection in found:
+    st.markdown(f"**{bisection.scenario}** along **{bisection.axis or '?'}** (run `{bisection.run_id}`): {bisection.answer}")
+    st.dataframe(
+        bisection.probes.style.map(logic.colour_of, subset=["status"]),
+        hide_index=True,
+        column_config={"signature": st.column_config.TextColumn(width="large")},
+    )

@@ -1,0 +1,99 @@
+"""Pin: choose scenarios (and hold axes, a GPU); the newest version set that passes them all, to download."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import common, logic, pinning
+from harness.pin import DEFAULT_RANKING, PinResult
+
+st.title("Pin")
+overview = common.data_banner()
+facets = common.query("dashboard_facets")
+axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _pass_rates(version: tuple[str, int, int, int, int]) -> pd.DataFrame:
+    matrix = logic.build_matrix(common.query("dashboard_matrix"), common.query("dashboard_cells"))
+    rows = []
+    for scenario in matrix.scenarios:
+        words = matrix.frame[scenario]
+        tested = words[words != ""]
+        rows.append({"scenario": scenario, "cells passing": int((tested == "pass").sum()), "cells tested": len(tested)})
+    return pd.DataFrame(rows)
+
+
+rates = _pass_rates(common.version())
+passing = [str(s) for s in rates.loc[rates["cells passing"] > 0, "scenario"]]
+st.markdown("Choose the scenarios that must pass; hold any axis or GPU you cannot change. The newest set where every one passed wins.")
+if st.button(f"Choose the {len(passing)} scenario(s) that pass somewhere", key="pin_all_passing"):
+    st.session_state["pin_scenarios"] = passing
+scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
+columns = st.columns(len(axes) + 1)
+fixed: dict[str, str] = {}
+for column, axis in zip(columns, axes):
+    common.keep(f"pin_{axis}", "any")
+    choice = column.selectbox(f"hold {axis}", ["any", *logic.sort_versions(facets[axis])], key=f"pin_{axis}")
+    common.remember(f"pin_{axis}")
+    if choice != "any":
+        fixed[axis] = str(choice)
+common.keep("pin_gpu", "any")
+gpu = columns[-1].selectbox("GPU", ["any", *facets["gpu"]], key="pin_gpu")
+common.remember("pin_gpu")
+st.caption(f"Newest means: compared on {', '.join(DEFAULT_RANKING)} in that order (releases before git or path sources).")
+
+if not scenarios:
+    st.dataframe(rates, hide_index=True, column_config={"cells passing": st.column_config.NumberColumn(help="every repeat passed")})
+    st.stop()
+
+
+@st.cache_data(show_spinner="choosing…", max_entries=32)
+def _pin(version: tuple[str, int, int, int, int], scenarios: tuple[str, ...], fixed: dict[str, str], gpu: str) -> PinResult:
+    pushed = {axis: [value] for axis, value in fixed.items()}  # the same cut as the constraints, done by DuckDB
+    if gpu:
+        pushed["gpu"] = [gpu]
+    rows = common.query("dashboard_pin_rows", list(scenarios), pushed)
+    return pinning.pin(rows, scenarios, pinning.constraints(fixed, gpu), lambda cell: common.query("dashboard_cell_records", cell))
+
+
+result = _pin(common.version(), tuple(scenarios), fixed, "" if gpu == "any" else str(gpu))
+if not result.found:
+    st.error("No stored version set passes every chosen scenario.")
+    st.code("\n".join(result.describe()), language=None)
+    st.stop()
+
+st.subheader("Newest passing set")
+cols = st.columns(len(result.versions))
+for column, (axis, value) in zip(cols, result.versions):
+    column.metric(axis, value)
+st.markdown(
+    f"Evidence: cell {', '.join(f'`{c}`' for c in result.cell_ids)} · run(s) {', '.join(f'`{r}`' for r in result.runs)} · "
+    f"GPU {', '.join(result.gpus) or '?'} · {', '.join(result.platforms) or '?'} · python {result.python or '?'} · "
+    f"{result.first_seen} … {result.last_seen} UTC · {result.qualifying} of {result.candidates} candidate cell(s) pass everything"
+)
+st.dataframe(
+    pd.DataFrame([{"scenario": e.scenario, "passed": e.passed, "runs": ", ".join(e.runs)} for e in result.evidence]), hide_index=True
+)
+
+left, middle, right = st.columns(3)
+left.download_button(
+    "Download requirements.txt", result.to_requirements(), file_name="requirements.txt", mime="text/plain", key="dl_requirements"
+)
+middle.download_button(
+    "Download constraints.txt", result.to_constraints(), file_name="constraints.txt", mime="text/plain", key="dl_constraints"
+)
+if right.button("Open the cell", key="pin_open_cell"):
+    common.open_cell(result.cell_ids[0])
+st.code(result.install_command(), language="bash")
+
+if result.excluded:
+    st.subheader("Newer versions not used")
+    st.dataframe(
+        pd.DataFrame([{"axis": e.axis, "version": e.version, "why": e.describe().split(": ", 1)[1]} for e in result.excluded]),
+        hide_index=True,
+        column_config={"why": st.column_config.TextColumn(width="large")},
+    )
+else:
+    st.caption("No newer version of any axis was tested: this is the newest stored set.")

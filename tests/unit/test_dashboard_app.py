@@ -1,0 +1,479 @@
+"""The dashboard, driven by Streamlit's AppTest over a small real DuckDB file; its query functions and pure logic.
+
+The file holds two sweep runs (a CPU host and an H200 host) and one bisection:
+
+    cell                  transformers accelerate  load (CPU, GPU)          lora (CPU, GPU)
+    A tf5.6.2-acc1.13.0   5.6.2        1.13.0      error SIG_LOAD           pass
+    B tf5.6.2-acc1.14.0   5.6.2        1.14.0      pass                     pass
+    C tf5.23.0-acc1.13.0  5.23.0       1.13.0      error SIG_LOAD           error SIG_LORA
+    D tf5.23.0-acc1.14.0  5.23.0       1.14.0      pass                     pass on CPU, fail on the GPU
+
+so accelerate 1.14.0 fixes SIG_LOAD (attribution stores that), the newest set passing both
+scenarios is B, and D passes both when the GPU is held to `cpu`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the dashboard needs streamlit (pip install -e '.[dev]')")
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # dashboard/ is not part of the installed package: import it from the checkout
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from dashboard import common, logic, pinning  # noqa: E402
+from harness.attribution import attribute, seen_versions, to_rows  # noqa: E402
+from harness.outcome import CellRecord, Outcome, Status  # noqa: E402
+from harness.store import Store  # noqa: E402
+
+APP = str(REPO / "dashboard" / "app.py")
+SIG_LOAD = "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ accelerate/utils/modeling.py:set_module"
+SIG_LORA = "KeyError: <key> @ transformers/models/gemma4/modeling_gemma4.py:forward"
+SIG_GPU = "ScenarioFailed: logits differ by up to <n> @ scenarios/lora.py:<module>"
+CPU = {"hostname": "ci", "platform": "linux-x86_64", "gpu_count": 0, "gpu": "cpu", "gpus": []}
+H200 = {"hostname": "runner", "platform": "linux-x86_64", "gpu_count": 1, "gpu": "NVIDIA H200", "gpus": [{"name": "NVIDIA H200"}]}
+CELLS = {
+    "A": ("5.6.2", "1.13.0"),
+    "B": ("5.6.2", "1.14.0"),
+    "C": ("5.23.0", "1.13.0"),
+    "D": ("5.23.0", "1.14.0"),
+}
+#: (cell, scenario) -> what each host shows: (status, signature) for the CPU run, then the GPU run
+SHOWS = {
+    ("A", "load"): [("error", SIG_LOAD), ("error", SIG_LOAD)],
+    ("A", "lora"): [("pass", ""), ("pass", "")],
+    ("B", "load"): [("pass", ""), ("pass", "")],
+    ("B", "lora"): [("pass", ""), ("pass", "")],
+    ("C", "load"): [("error", SIG_LOAD), ("error", SIG_LOAD)],
+    ("C", "lora"): [("error", SIG_LORA), ("error", SIG_LORA)],
+    ("D", "load"): [("pass", ""), ("pass", "")],
+    ("D", "lora"): [("pass", ""), ("fail", SIG_GPU)],
+}
+
+
+def cell_id(name: str, accelerate: str | None = None) -> str:
+    tf, acc = CELLS[name]
+    return f"torch2.13.0-tf{tf}-acc{accelerate or acc}-peft0.19.1-bnb0.49.2"
+
+
+def versions(name: str, accelerate: str | None = None) -> dict[str, str]:
+    tf, acc = CELLS[name]
+    return {"torch": "2.13.0", "transformers": tf, "accelerate": accelerate or acc, "peft": "0.19.1", "bitsandbytes": "0.49.2"}
+
+
+def record(run: str, name: str, accelerate: str | None = None) -> CellRecord:
+    pins = versions(name, accelerate)
+    freeze = {**pins, "torch": "2.13.0+cpu", "numpy": "2.3.4" if pins["transformers"] == "5.23.0" else "2.2.6", "safetensors": "0.7.0"}
+    return CellRecord(
+        run, cell_id(name, accelerate), "3.11", pins, [f"{k}=={v}" for k, v in pins.items()], freeze, {}, {}, "ready", "", 3.0, False
+    )
+
+
+def outcome(run: str, cell: str, scenario: str, status: str, signature: str, when: str) -> Outcome:
+    blamed = signature.split(" @ ")[-1].split("/")[0] if " @ " in signature and not signature.startswith("Scenario") else ""
+    failed = status != "pass"
+    return Outcome(
+        run,
+        cell,
+        scenario,
+        0,
+        Status(status),
+        message=signature.split(": ", 1)[-1].split(" @ ")[0] if failed else "",
+        signature=signature,
+        signature_family=f"fam{abs(hash(signature)) % 1000}" if failed else "",
+        blamed_library=blamed,
+        exception_type=signature.split(":")[0] if failed else "",
+        traceback=f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n{signature.split(" @ ")[0]}' if failed else "",
+        output_tail=f"loading {scenario}\nRESULT {status}",
+        seconds=2.5,
+        metrics={"max_abs_logit_diff": 0.51 if failed else 2e-6, "peak_rss_mib": 1234.5},
+        started_at=when,
+    )
+
+
+def build_store(path: Path) -> Path:
+    with Store(path) as store:
+        for host, run, day in ((CPU, "r-cpu", "2026-11-01"), (H200, "r-h200", "2026-11-02")):
+            store.ensure_run(run, "matrix.toml", "", {}, "0.1.0", host)
+            for name in CELLS:
+                store.record_cell(record(run, name))
+            for (name, scenario), shows in SHOWS.items():
+                status, signature = shows[0 if host is CPU else 1]
+                store.add_outcome(outcome(run, cell_id(name), scenario, status, signature, f"{day}T10:00:00"))
+        bisect = "bisect-load-accelerate"
+        store.ensure_run(bisect, "matrix.toml", "", {}, "0.1.0", CPU)
+        for i, (acc, status) in enumerate((("1.13.0", "error"), ("1.13.1", "error"), ("1.14.0", "pass"))):
+            store.record_cell(record(bisect, "A", acc))
+            store.add_outcome(
+                outcome(bisect, cell_id("A", acc), "load", status, SIG_LOAD if status == "error" else "", f"2026-11-03T10:0{i}:00")
+            )
+        rows = store.outcomes()
+        store.replace_transitions(to_rows(attribute(rows, known_versions=seen_versions(rows))))
+    return path
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("dash") / "results.duckdb")
+
+
+@pytest.fixture
+def app(db: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppTest]:
+    import streamlit as st
+
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(db))
+    st.cache_data.clear()
+    yield AppTest.from_file(APP, default_timeout=60)
+    st.cache_data.clear()
+
+
+def run(at: AppTest, page: str = "matrix", **params: str) -> AppTest:
+    """Open a page (with query parameters, as a link would) and check it rendered without an exception."""
+    if at.title:
+        at.switch_page(f"views/{page}.py")
+    elif page != "matrix":  # switch_page needs one run first: it registers the navigation
+        at.run()
+        at.switch_page(f"views/{page}.py")
+    at.query_params.update(params)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
+    return "\n".join(str(p) for p in parts)
+
+
+# -- every page --------------------------------------------------------------------------------
+@pytest.mark.parametrize("page", ["matrix", "failures", "cell", "compare", "pin"])
+def test_every_page_renders_and_names_its_data(app: AppTest, db: Path, page: str) -> None:
+    run(app, page)
+    banner = app.caption[0].value
+    assert str(db) in banner and "19 outcomes" in banner and "3 run(s)" in banner
+    assert "NVIDIA H200, cpu" in banner  # where the data ran
+
+
+def test_default_data_is_the_shipped_file_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    monkeypatch.delenv("HARNESS_DASHBOARD_DB", raising=False)
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    banner = at.caption[0].value
+    assert "results/default.duckdb" in banner and "shipped with the harness" in banner
+    assert at.selectbox(key="db_choice").value.endswith("default.duckdb")
+
+
+def test_a_missing_file_is_one_error_naming_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(tmp_path / "nope.duckdb"))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert "does not exist; run a sweep first" in at.error[0].value
+
+
+def test_a_file_held_by_a_writer_is_an_error_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = build_store(tmp_path / "busy.duckdb")
+    # A sweep in another process holds DuckDB's write lock on the file while it runs.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception
+        assert "holds DuckDB's write lock on it. If a sweep is writing to it, wait until it ends" in at.error[0].value
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_dashboard_lets_go_of_the_file_when_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    path = build_store(tmp_path / "idle.duckdb")
+    monkeypatch.setattr(common, "CONNECTION", "held")
+    monkeypatch.setattr(common, "IDLE_SECONDS", 0.2)
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception and str(path.resolve()) in common._held.stores  # held while in use
+    time.sleep(1.0)
+    assert str(path.resolve()) not in common._held.stores
+    # ... so a sweep can open it for writing now
+    writer = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r}).close()"], capture_output=True, text=True)
+    assert writer.returncode == 0, writer.stderr
+
+
+# -- matrix --------------------------------------------------------------------------------------
+def test_matrix_is_cells_by_scenarios_with_folded_statuses(app: AppTest) -> None:
+    run(app)
+    grid = app.dataframe[0].value
+    assert list(grid["cell_id"]) == [cell_id("A"), cell_id("A", "1.13.1"), cell_id("B"), cell_id("C"), cell_id("D")]
+    words = {row.cell_id: (list(row.load), list(row.lora)) for row in grid.itertuples()}
+    assert words[cell_id("A")] == (["error"], ["pass"])
+    assert words[cell_id("A", "1.13.1")] == (["error"], [])  # bisection probe: only `load`
+    assert words[cell_id("D")] == (["pass"], ["fail 1/2 mixed"])  # CPU passes, the H200 fails
+    assert "**5** cell(s) × **2** scenario(s)" in texts(app)
+
+
+def test_matrix_filters_by_axis_gpu_and_run(app: AppTest) -> None:
+    run(app)
+    app.multiselect(key="f_transformers").set_value(["5.23.0"]).run()
+    assert list(app.dataframe[0].value["cell_id"]) == [cell_id("C"), cell_id("D")]
+    app.multiselect(key="f_gpu").set_value(["cpu"]).run()
+    grid = app.dataframe[0].value
+    assert list(grid.set_index("cell_id").loc[cell_id("D"), "lora"]) == ["pass"]
+    app.multiselect(key="f_transformers").set_value([]).run()
+    app.multiselect(key="f_gpu").set_value([]).run()
+    app.multiselect(key="f_run").set_value(["bisect-load-accelerate"]).run()
+    assert len(app.dataframe[0].value) == 3
+
+
+def test_matrix_one_row_per_gpu_keeps_hosts_apart(app: AppTest) -> None:
+    run(app)
+    app.toggle(key="by_gpu").set_value(True).run()
+    grid = app.dataframe[0].value
+    d = grid[grid["cell_id"] == cell_id("D")].set_index("gpu")
+    assert list(d.loc["cpu", "lora"]) == ["pass"] and list(d.loc["NVIDIA H200", "lora"]) == ["fail"]
+
+
+def test_matrix_chart_of_outcomes_by_scenario_on_demand(app: AppTest) -> None:
+    run(app)
+    assert not app.get("vega_lite_chart")  # drawn only when asked for: it costs the browser time
+    app.toggle(key="matrix_chart").set_value(True).run()
+    assert app.get("vega_lite_chart")
+
+
+def test_filters_survive_a_visit_to_another_page(app: AppTest) -> None:
+    run(app)
+    app.multiselect(key="f_accelerate").set_value(["1.14.0"]).run()
+    run(app, "cell")
+    run(app, "matrix")
+    assert app.multiselect(key="f_accelerate").value == ["1.14.0"]
+    assert len(app.dataframe[0].value) == 2
+
+
+def test_selecting_a_grid_cell_opens_that_cell_at_that_scenario(app: AppTest) -> None:
+    run(app)
+    row = list(app.dataframe[0].value["cell_id"]).index(cell_id("C"))
+    # What the browser sends when a cell of the grid is clicked (AppTest accepts selection state).
+    app.session_state["matrix_grid"] = {"selection": {"rows": [], "columns": [], "cells": [[row, "lora"]]}}
+    app.run()
+    assert not app.exception
+    assert app.title[0].value == "Cell"
+    assert app.selectbox(key="cell_pick").value == cell_id("C")
+    assert app.query_params["cell"] == cell_id("C") and app.query_params["scenario"] == "lora"
+    assert SIG_LORA in texts(app)  # the chosen scenario's outcome is the one shown
+
+
+# -- failures ------------------------------------------------------------------------------------
+def test_failures_list_signatures_with_blame_reach_and_attribution(app: AppTest) -> None:
+    run(app, "failures")
+    table = app.dataframe[0].value.set_index("signature")
+    assert list(table.index[:1]) == [SIG_LOAD]  # the most cells first
+    assert table.loc[SIG_LOAD, "blames"] == "accelerate"
+    assert table.loc[SIG_LOAD, "cells"] == 3  # A, C and the bisection's 1.13.1
+    assert table.loc[SIG_LOAD, "fixed in"] == "accelerate 1.14.0"
+    assert table.loc[SIG_GPU, "status"] == "fail"
+    assert app.get("vega_lite_chart"), "the version timeline is drawn"
+
+
+def test_failures_show_the_bisection_and_its_answer(app: AppTest) -> None:
+    run(app, "failures")
+    page = texts(app)
+    assert "**load** along **accelerate** (run `bisect-load-accelerate`)" in page
+    assert "changes between accelerate 1.13.1 (error) and 1.14.0 (pass)" in page
+    probes = app.dataframe[-1].value
+    assert list(probes["version"]) == ["1.13.0", "1.13.1", "1.14.0"]
+
+
+def test_failures_follow_the_filters(app: AppTest) -> None:
+    run(app, "failures")
+    app.multiselect(key="f_gpu").set_value(["cpu"]).run()
+    assert SIG_GPU not in set(app.dataframe[0].value["signature"])
+
+
+def test_open_an_affected_cell_from_a_failure(app: AppTest) -> None:
+    run(app, "failures")
+    app.button(key="open_example").click().run()
+    assert app.title[0].value == "Cell"
+    assert app.selectbox(key="cell_pick").value == cell_id("C")  # the first affected cell by id
+
+
+# -- cell ----------------------------------------------------------------------------------------
+def test_cell_page_tells_the_whole_story(app: AppTest) -> None:
+    run(app, "cell", cell=cell_id("A"), scenario="load")
+    assert [m.label for m in app.metric] == ["torch", "transformers", "accelerate", "peft", "bitsandbytes"]
+    assert [m.value for m in app.metric][1:3] == ["5.6.2", "1.13.0"]
+    scenarios = app.dataframe[0].value.set_index("scenario")
+    assert scenarios.loc["load", "status"] == "error" and scenarios.loc["load", "blames"] == "accelerate"
+    page = texts(app)
+    assert "Traceback (most recent call last)" in page and "RESULT error" in page  # traceback, output tail
+    assert "started 2026-11-0" in page and "cpu · linux-x86_64" in page  # when and where
+    metrics = next(d.value for d in app.dataframe if "max_abs_logit_diff" in d.value.columns)
+    assert set(metrics["scenario"]) == {"load", "lora"}
+    built = next(d.value for d in app.dataframe if "GPU" in d.value.columns and "env" in d.value.columns)
+    assert set(built["GPU"]) == {"cpu", "NVIDIA H200"}
+    freeze = next(d.value for d in app.dataframe if list(d.value.columns) == ["package", "version"])
+    assert dict(zip(freeze["package"], freeze["version"]))["torch"] == "2.13.0+cpu"
+
+
+def test_cell_page_switches_cell_and_updates_the_link(app: AppTest) -> None:
+    run(app, "cell", cell=cell_id("A"))
+    app.selectbox(key="cell_pick").set_value(cell_id("D")).run()
+    assert app.query_params["cell"] == cell_id("D")
+    assert "fail 1/2 mixed" in set(app.dataframe[0].value["status"])
+
+
+def test_compare_with_opens_the_nearest_cell(app: AppTest) -> None:
+    run(app, "cell", cell=cell_id("B"))
+    app.button(key="compare_from_cell").click().run()
+    assert app.title[0].value == "Compare"
+    assert app.selectbox(key="compare_a").value == cell_id("B")
+    assert app.selectbox(key="compare_b").value in {cell_id("A"), cell_id("A", "1.13.1"), cell_id("D")}  # one axis apart
+
+
+# -- compare -------------------------------------------------------------------------------------
+def test_compare_shows_which_versions_and_which_outcomes_differ(app: AppTest) -> None:
+    run(app, "compare", a=cell_id("A"), b=cell_id("D"))
+    versions = app.dataframe[0].value.set_index("package")
+    assert versions.loc["transformers", "differs"] and versions.loc["accelerate", "differs"]
+    assert not versions.loc["torch", "differs"]
+    assert versions.loc["numpy", "A"] == "2.2.6" and versions.loc["numpy", "B"] == "2.3.4"
+    assert "safetensors" not in versions.index  # equal, not an axis: hidden while "only what differs" is on
+    outcomes = app.dataframe[1].value.set_index("scenario")
+    assert outcomes.loc["load", "differs"] and (outcomes.loc["load", "A"], outcomes.loc["load", "B"]) == ("error", "pass")
+    app.toggle(key="compare_only_diff").set_value(False).run()
+    assert "safetensors" in set(app.dataframe[0].value["package"])
+
+
+# -- pin -----------------------------------------------------------------------------------------
+def test_pin_asks_for_scenarios_first(app: AppTest) -> None:
+    run(app, "pin")
+    rates = app.dataframe[0].value.set_index("scenario")
+    assert rates.loc["load", "cells passing"] == 2 and rates.loc["lora", "cells passing"] == 2  # D's lora is mixed
+    assert not app.get("download_button")
+
+
+def test_pin_chooses_the_newest_passing_set_with_evidence_and_downloads(app: AppTest) -> None:
+    run(app, "pin")
+    app.multiselect(key="pin_scenarios").set_value(["load", "lora"]).run()
+    assert not app.exception
+    chosen = {m.label: m.value for m in app.metric}
+    assert chosen["transformers"] == "5.6.2" and chosen["accelerate"] == "1.14.0"  # D fails lora on the H200
+    assert "`r-cpu`, `r-h200`" in texts(app)  # evidence: the runs
+    assert [b.proto.label for b in app.get("download_button")] == ["Download requirements.txt", "Download constraints.txt"]
+    assert "transformers 5.23.0" in texts(app) or "5.23.0" in set(app.dataframe[-1].value["version"])  # why not newer
+    app.selectbox(key="pin_gpu").set_value("cpu").run()
+    chosen = {m.label: m.value for m in app.metric}
+    assert chosen["transformers"] == "5.23.0" and chosen["accelerate"] == "1.14.0"
+
+
+def test_pin_says_why_nothing_passes(app: AppTest) -> None:
+    run(app, "pin")
+    app.selectbox(key="pin_accelerate").set_value("1.13.0")
+    app.multiselect(key="pin_scenarios").set_value(["load"]).run()
+    assert "No stored version set passes" in app.error[0].value
+    assert "load" in app.code[0].value
+
+
+def test_pin_button_chooses_every_scenario_that_passes_somewhere(app: AppTest) -> None:
+    run(app, "pin")
+    app.button(key="pin_all_passing").click().run()
+    assert app.multiselect(key="pin_scenarios").value == ["load", "lora"]
+
+
+def test_pin_files_hold_the_full_freeze(db: Path) -> None:
+    with Store(db, read_only=True) as store:
+        rows = store.dashboard_pin_rows(["load", "lora"], {"gpu": ["cpu"]})
+        result = pinning.pin(rows, ["load", "lora"], pinning.constraints({}, "cpu"), store.dashboard_cell_records)
+    assert "transformers==5.23.0\naccelerate==1.14.0" in result.to_requirements()
+    constraints = result.to_constraints()
+    assert "numpy==2.3.4" in constraints and "torch==2.13.0+cpu" in constraints  # beyond the axes
+    assert "GPU cpu" in result.header()
+
+
+# -- the query functions the pages use -------------------------------------------------------
+def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
+    with Store(db, read_only=True) as store:
+        assert store.dashboard_overview()["outcomes"] == 19
+        facets = store.dashboard_facets()
+        assert facets["gpu"] == ["NVIDIA H200", "cpu"] and "1.13.1" in facets["accelerate"]
+        counts = store.dashboard_matrix({"accelerate": ["1.14.0"], "scenario": ["lora"]})
+        assert {(r["cell_id"], r["pass"], r["fail"]) for r in counts} == {(cell_id("B"), 2, 0), (cell_id("D"), 1, 1)}
+        # an axis outside the five columns is read from the cells' JSON
+        assert len(store.dashboard_matrix({"numpy": ["2.3.4"]})) == 4
+        runs = {r["run_id"]: r for r in store.dashboard_runs()}
+        assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 8
+        assert [t["axis"] for t in store.dashboard_transitions(SIG_LOAD)] == ["accelerate"] * 2
+        outcomes = store.dashboard_cell_outcomes(cell_id("A"))
+        assert outcomes[0]["metrics"]["peak_rss_mib"] == 1234.5 and outcomes[0]["traceback"]
+
+
+# -- pure logic ----------------------------------------------------------------------------------
+FOLDS = [
+    ({"pass": 3}, "pass"),
+    ({"error": 2}, "error"),
+    ({"pass": 1, "not_applicable": 1}, "pass"),  # a GPU scenario on a CPU run says nothing
+    ({"not_applicable": 2}, "not_applicable"),
+    ({"pass": 2, "fail": 1}, "fail 1/3 mixed"),
+    ({"error": 1, "fail": 1}, "error 1/2"),  # two failures, no pass: the worst is named
+    ({"crash": 1, "pass": 0}, "crash"),
+    ({}, ""),
+]
+
+
+@pytest.mark.parametrize(("counts", "word"), FOLDS)
+def test_fold(counts: dict[str, int], word: str) -> None:
+    assert logic.fold(counts) == word
+
+
+def test_versions_sort_as_versions_and_sources_last() -> None:
+    values = ["5.10.4", "git+https://github.com/x/y@main", "5.6.2", "5.23.0", "5.6.10"]
+    assert logic.sort_versions(values) == ["5.6.2", "5.6.10", "5.10.4", "5.23.0", "git+https://github.com/x/y@main"]
+
+
+def test_selected_cell_maps_grid_positions_to_cells() -> None:
+    matrix = logic.build_matrix(
+        [{"cell_id": "b", "scenario": "s", "pass": 1}, {"cell_id": "a", "scenario": "s", "error": 1}],
+        [{"cell_id": "a", "torch": "2.10.0"}, {"cell_id": "b", "torch": "2.9.0"}],
+    )
+    assert list(matrix.frame["cell_id"]) == ["b", "a"]  # ordered along the axes: 2.9.0 before 2.10.0
+    assert logic.selected_cell(matrix, {"cells": [[1, "s"]]}) == ("a", "s")
+    assert logic.selected_cell(matrix, {"cells": [[0, "torch"]]}) == ("b", "")
+    assert logic.selected_cell(matrix, {"rows": [1], "cells": []}) == ("a", "")
+    assert logic.selected_cell(matrix, {"rows": [], "cells": []}) is None
+
+
+def test_nearest_cell_differs_in_fewest_axes() -> None:
+    cells = [
+        {"cell_id": c, "torch": "2", "transformers": tf, "accelerate": acc}
+        for c, tf, acc in [("x", "1", "1"), ("y", "2", "2"), ("z", "1", "2")]
+    ]
+    assert logic.nearest_cell("x", cells) == "z"
+
+
+def test_the_browser_install_script_is_harmless_where_chromium_exists() -> None:
+    script = REPO / "dashboard" / "install_browser.sh"
+    assert os.access(script, os.X_OK)
+    if Path("/usr/bin/chromium").exists():
+        assert subprocess.run(["bash", str(script)], capture_output=True, timeout=60).returncode == 0
+
+
+def test_cli_dashboard_rejects_a_missing_file() -> None:
+    from harness.cli import main
+
+    assert main(["dashboard", "--db", "no/such/file.duckdb"]) == 2
