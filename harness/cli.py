@@ -132,10 +132,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     cells = resolve_matrix(load_matrix(args.matrix, lenient=True)).cells
     shards = [f"{i}/{args.shards}" for i in range(1, args.shards + 1)]
     if args.format == "github-actions":
-        include = [
-            {"shard": s, "results": f"results/shard-{i}.jsonl", "cells": len(_slice(cells, s))}
-            for i, s in enumerate(shards, 1)
-        ]
+        include = [{"shard": s, "results": f"results/shard-{i}.jsonl", "cells": len(_slice(cells, s))} for i, s in enumerate(shards, 1)]
         print(json.dumps({"include": include}))
     else:
         print(SLURM_TEMPLATE.format(n=args.shards, matrix=args.matrix, cells=len(cells)))
@@ -158,6 +155,16 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 set -euo pipefail
 harness sweep --matrix {matrix} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress
 """
+
+
+def _existing_duckdb(path: Path) -> str:
+    """The --db of a command that reads outcomes: an existing DuckDB file, not a shard."""
+    db = str(path)
+    if path.suffix == ".jsonl":
+        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
+    if not path.exists():
+        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    return db
 
 
 def _cmd_list(args: argparse.Namespace, console: Console) -> int:
@@ -204,11 +211,7 @@ def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
     from harness.store import Store
     from harness.summary import render_transitions
 
-    db = str(args.db)
-    if args.db.suffix == ".jsonl":
-        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
-    if not args.db.exists():
-        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    db = _existing_duckdb(args.db)
     with Store(args.db) as store:  # read-write: the transitions are stored next to the outcomes
         rows = store.outcomes(args.run_id or None)
         if not rows:
@@ -411,11 +414,7 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     from harness.pin import DEFAULT_RANKING, Constraints, Sources, axis_versions, choose
     from harness.store import Store
 
-    db = str(args.db)
-    if args.db.suffix == ".jsonl":
-        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
-    if not args.db.exists():
-        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    db = _existing_duckdb(args.db)
     with Store(args.db, read_only=True) as store:
         rows = store.outcomes()
         runs = store.runs_info()
@@ -522,13 +521,9 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from harness.report import render_cell_report, render_signature_report
     from harness.store import Store
 
-    db = str(args.db)
     if bool(args.signature) == bool(args.cell):
         raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
-    if args.db.suffix == ".jsonl":
-        raise BadInput(f"--db {db!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
-    if not args.db.exists():
-        raise BadInput(f"database {db!r} does not exist; run a sweep first or pass --db with an existing results file")
+    db = _existing_duckdb(args.db)
     failures = {s.value for s in FAILURES}
     with Store(args.db, read_only=True) as store:
         everything = store.outcomes()
@@ -621,10 +616,7 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     from harness.errors import BadInput
 
     db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else Path("results/default.duckdb"))
-    if db.suffix == ".jsonl":
-        raise BadInput(f"--db {str(db)!r} is a JSON-lines shard; bring it into a DuckDB store first: harness merge {db} --db store.duckdb")
-    if not db.is_file():
-        raise BadInput(f"database {str(db)!r} does not exist; run a sweep first or pass --db with an existing results file")
+    _existing_duckdb(db)
     app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     if not app.is_file():
         raise BadInput(f"no dashboard at {app}: run the dashboard from a checkout of the harness (pip install -e '.[dev]')")
