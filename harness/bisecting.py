@@ -137,13 +137,17 @@ def run_bisect(
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
     scenarios: list[Scenario] = select([options.scenario])
+    base = _base_cell(resolved, options)
     if not options.good or not options.bad:
-        raise BadInput("pass both --good and --bad (a release or git ref for each end)")
+        if options.git or not (options.good or options.bad):
+            raise BadInput(
+                "pass --good and --bad (a release or git ref for each end), or one release end to take the other from stored outcomes"
+            )
+        _fill_end_from_store(options, base, scenarios[0].name, store)
     steps = (
         git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)
     )
     fix = _is_fix(options, steps)
-    base = _base_cell(resolved, options)
     run_id = f"bisect-{scenarios[0].name}-{options.axis}"
     spec.settings.repeats = options.repeat
     plan = SweepPlan(
@@ -180,6 +184,45 @@ def run_bisect(
 
     result = bisect(steps, probe, handler=_Handler())
     return BisectRun(result, fix, run_id, built)
+
+
+def stored_verdicts(rows: list[dict[str, object]], base: Cell, axis: str) -> dict[str, Verdict]:
+    """Verdicts per release of `axis` from stored outcomes of cells equal to `base` on every other axis."""
+    import json
+
+    others = {c.package: c.value for c in base.candidates if c.package != axis and c.kind == "version"}
+    statuses: dict[str, list[str]] = {}
+    for row in rows:
+        versions = row.get("versions") or "{}"
+        values = json.loads(versions) if isinstance(versions, str) else dict(versions)  # type: ignore[call-overload]
+        if axis not in values or any(values.get(k) != v for k, v in others.items()):
+            continue
+        statuses.setdefault(str(values[axis]), []).append(str(row["status"]))
+    return {version: repeat_verdict(found) for version, found in statuses.items()}
+
+
+def _fill_end_from_store(options: BisectOptions, base: Cell, scenario: str, store: object) -> None:
+    """One end given: the other is the nearest stored release with the opposite verdict."""
+    rows = [r for r in store.outcomes() if r["scenario"] == scenario]  # type: ignore[attr-defined]
+    verdicts = stored_verdicts(rows, base, options.axis)
+    given = options.good or options.bad
+    wanted = Verdict.BAD if options.good else Verdict.GOOD
+    candidates = [v for v, verdict in verdicts.items() if verdict == wanted and v != given]
+    if not candidates:
+        raise BadInput(
+            f"no stored outcome of {scenario} with {options.axis} {'failing' if options.good else 'passing'} and the other axes as in "
+            f"{base.id}; pass --{'bad' if options.good else 'good'} or run a sweep over {options.axis} first"
+        )
+    nearest = min(candidates, key=lambda v: abs(_ordinal(v) - _ordinal(given)))
+    if options.good:
+        options.bad = nearest
+    else:
+        options.good = nearest
+
+
+def _ordinal(version: str) -> float:
+    parts = [*Version(version).release, 0, 0, 0][:3]
+    return parts[0] * 1e6 + parts[1] * 1e3 + parts[2]
 
 
 def _is_fix(options: BisectOptions, steps: list[Step]) -> bool:

@@ -169,3 +169,50 @@ def test_accelerate_commit_bisect_names_pr_3976(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "Fix is_hf_initialized attribute (#3976)" in proc.stdout.split("fixed in", 1)[1]
+
+
+def test_one_end_is_taken_from_stored_outcomes(tmp_path: Path, env_root: Path) -> None:
+    scenario = tmp_path / "legacy.py"
+    scenario.write_text("from packaging.version import LegacyVersion\n")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[matrix]\npreload = []\n[axes]\npackaging = ["21.0", "24.0"]\n')
+    db = tmp_path / "s.duckdb"
+    sweep = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--scenario", str(scenario), "--no-progress"
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    # only --bad: the passing end comes from the sweep's outcome for 21.0
+    proc = run_cli(
+        "bisect",
+        "--scenario",
+        str(scenario),
+        "--axis",
+        "packaging",
+        "--bad",
+        "24.0",
+        "--matrix",
+        str(matrix),
+        "--db",
+        str(db),
+        "--env-root",
+        str(env_root),
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "broken in packaging 22.0; last good 21.3" in proc.stdout
+    # nothing stored on the other side: a clear error
+    proc = run_cli(
+        "bisect",
+        "--scenario",
+        str(scenario),
+        "--axis",
+        "packaging",
+        "--good",
+        "21.0",
+        "--matrix",
+        str(_light_matrix(tmp_path / "other.toml")),
+        "--db",
+        str(tmp_path / "empty.duckdb"),
+        "--env-root",
+        str(env_root),
+    )
+    assert proc.returncode == 2 and "no stored outcome" in proc.stderr
