@@ -116,6 +116,33 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        # Hardware as data: the GPU's memory, compute capability and driver, and how many GPUs
+        # the runner had, on every outcome row, so runs from different runners compare.
+        "0004_hardware_columns",
+        """
+        CREATE OR REPLACE VIEW outcomes_v AS
+        SELECT
+            o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
+            o.signature, o.signature_family, o.blamed_library, o.exception_type, o.message,
+            COALESCE(c.installed->>'torch', c.versions->>'torch') AS torch,
+            COALESCE(c.installed->>'transformers', c.versions->>'transformers') AS transformers,
+            COALESCE(c.installed->>'accelerate', c.versions->>'accelerate') AS accelerate,
+            COALESCE(c.installed->>'peft', c.versions->>'peft') AS peft,
+            COALESCE(c.installed->>'bitsandbytes', c.versions->>'bitsandbytes') AS bitsandbytes,
+            c.versions, c.installed, c.git_commits, c.inherited, c.python,
+            r.host->>'platform' AS platform,
+            r.host->>'gpu' AS gpu,
+            TRY_CAST(r.host->>'gpu_count' AS INTEGER) AS gpu_count,
+            r.host->'gpus'->0->>'memory.total' AS gpu_memory,
+            r.host->'gpus'->0->>'compute_cap' AS gpu_compute_capability,
+            r.host->'gpus'->0->>'driver_version' AS gpu_driver,
+            o.seconds, c.env_seconds, o.metrics, o.started_at
+        FROM outcomes o
+        LEFT JOIN cells c USING (run_id, cell_id)
+        LEFT JOIN runs r USING (run_id);
+        """,
+    ),
 )
 
 
