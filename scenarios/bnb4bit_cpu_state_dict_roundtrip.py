@@ -13,6 +13,8 @@ dispatch_model (attach_execution_device_hook calls `module.state_dict()`).
 
 Reproduced on CPU with bitsandbytes 0.49.2 and 0.50.2 (both fail here). `not_applicable`
 where the packing never runs: on a GPU, or on a CPU without AVX512-BF16.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522 (found while reproducing it; no upstream issue found yet).
 """
 
 from __future__ import annotations

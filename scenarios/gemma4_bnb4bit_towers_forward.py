@@ -15,6 +15,9 @@ transformers 5.11.0 reads the activations' dtype instead. Run on CPU: 5.5.0, 5.6
 The scenario quantizes every linear but lm_head (transformers' default), runs text + image
 + audio, checks the logits are finite, and records how far each tower's soft tokens are
 from the float32 model's (relative error), the number to watch for the "grey shapes".
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522 (the "grey and distorted shapes" post);
+quantization docs: https://huggingface.co/docs/transformers/quantization/bitsandbytes
 """
 
 from __future__ import annotations

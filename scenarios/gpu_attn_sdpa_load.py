@@ -4,6 +4,8 @@ Thread: MODEL_KWARGS = {"dtype": torch.bfloat16, "attn_implementation": "sdpa", 
 Gemma4ForConditionalGeneration.from_pretrained. Found on the GPU runner: transformers 5.23.0
 refuses it (`Gemma4AudioModel does not support an attention implementation through
 torch.nn.functional.scaled_dot_product_attention yet`) where 5.6.2 and 5.17.0 load it.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522 (its MODEL_KWARGS).
 """
 
 from __future__ import annotations

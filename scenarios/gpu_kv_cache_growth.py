@@ -4,6 +4,8 @@ Thread: "Gemma 4's KV cache is much larger"; a quantized cache (QuantoQuantizedC
 DynamicCache(offloading=True) did not help because the prompt is prefilled whole first.
 Measured here per context length: the peak GPU memory of a generate with each cache. The
 quantized cache needs optimum-quanto, which the matrix does not install: recorded as absent.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522 (the KV cache post).
 """
 
 from __future__ import annotations

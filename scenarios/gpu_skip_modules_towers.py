@@ -5,6 +5,9 @@ model.multi_modal_projector, model.audio_tower (and lm_head) out of quantization
 vision at ~1 GB of VRAM. Measured here against a bfloat16 reference: the relative error of
 each tower's soft tokens and the memory footprint of each variant. `fail` if skipping the
 towers does not bring their error below the quantized towers' error.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522;
+quantization docs: https://huggingface.co/docs/transformers/quantization/bitsandbytes
 """
 
 from __future__ import annotations

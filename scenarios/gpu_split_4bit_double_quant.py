@@ -6,6 +6,10 @@ Linear4bit._save_to_state_dict -> QuantState.as_dict(packed=True) -> `nested_off
 re-dispatch (transformers 5.6.2, accelerate 1.14.0.dev0, peft 0.19.1, bitsandbytes 0.49.2).
 The nested offset only exists with bnb_4bit_use_double_quant=True. PEFT's re-dispatch gets a
 GPU budget of half the model (`_gpu.pressure`), standing in for the thread's full GPU. Then a generate.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522;
+related: https://github.com/huggingface/transformers/issues/43873 (offloading with quantization),
+https://github.com/huggingface/transformers/issues/45482 (Gemma 4 cross-device CPU offload).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Thread: after PEFT loading "it jumped to my second GPU (GPU 1) which does not ha
 VRAM" (CUDA out of memory on GPU 1 from accelerate's init_hook during
 PeftModel.from_pretrained). Base on GPU 0 only ({"": 0}, 4-bit); after the adapter load,
 `fail` if any parameter or any allocation sits on GPU 1. Needs the two-GPU runner.
+
+Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522;
+related: https://github.com/huggingface/transformers/issues/45482 (Gemma 4 cross-device offload).
 """
 
 from __future__ import annotations
