@@ -4,13 +4,12 @@ repository built at test time (the accelerate mirror, if present, for the thread
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import git, git_package, run_cli
 
 ACCELERATE_MIRROR = Path(os.environ.get("HARNESS_ACCELERATE_MIRROR", "/work/.mirror/huggingface+accelerate/repo"))
 
@@ -71,28 +70,16 @@ def test_release_bisect_names_the_breaking_release(tmp_path: Path, env_root: Pat
     assert "0 environment(s) built" in again.stdout
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
-
-
 def test_git_bisect_names_the_fixing_commit_and_its_pr(tmp_path: Path, env_root: Path) -> None:
     repo = tmp_path / "tinypkg"
-    (repo / "tinypkg").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(
-        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n'
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-    )
-    _git(repo, "init", "-q", "-b", "main")
-    shas = {}
-    for i in range(12):
-        broken = i < 7  # commit 7 fixes it
-        (repo / "tinypkg" / "__init__.py").write_text(f"BROKEN = {broken}\nSTEP = {i}\n")
-        _git(repo, "add", ".")
-        _git(repo, "commit", "-qm", f"step {i}" + (" Fix the meta tensor (#3976)" if i == 7 else f" (#{100 + i})"))
-        shas[i] = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "tag", "v-old", shas[0])
-    _git(repo, "tag", "v-new", shas[11])
+    # commit 7 fixes it
+    commits = [
+        (f"BROKEN = {i < 7}\nSTEP = {i}\n", f"step {i}" + (" Fix the meta tensor (#3976)" if i == 7 else f" (#{100 + i})"))
+        for i in range(12)
+    ]
+    shas = dict(enumerate(git_package(repo, commits)))
+    git(repo, "tag", "v-old", shas[0])
+    git(repo, "tag", "v-new", shas[11])
     scenario = tmp_path / "fixed.py"
     scenario.write_text("import tinypkg\nassert not tinypkg.BROKEN, f'still broken at step {tinypkg.STEP}'\n")
     db = tmp_path / "g.duckdb"

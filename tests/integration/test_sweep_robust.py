@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, git_package, run_cli
 
 
 def _matrix(path: Path, axes: str, extra: str = "") -> Path:
@@ -167,25 +167,9 @@ def test_unresolvable_and_install_failed_are_outcomes_and_the_sweep_goes_on(tmp_
 # -- git and inherit ------------------------------------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
-
-
 def test_git_axis_records_the_exact_commit(tmp_path: Path, env_root: Path) -> None:
     repo = tmp_path / "tinypkg"
-    (repo / "tinypkg").mkdir(parents=True)
-    (repo / "pyproject.toml").write_text(
-        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n'
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-    )
-    (repo / "tinypkg" / "__init__.py").write_text("ANSWER = 1\n")
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "one")
-    (repo / "tinypkg" / "__init__.py").write_text("ANSWER = 2\n")
-    _git(repo, "commit", "-qam", "two (#3976)")
-    head = _git(repo, "rev-parse", "HEAD")
+    head = git_package(repo, [("ANSWER = 1\n", "one"), ("ANSWER = 2\n", "two (#3976)")])[-1]
     scenario = tmp_path / "answer.py"
     scenario.write_text("import tinypkg\nassert tinypkg.ANSWER == 2, tinypkg.ANSWER\n")
     matrix = _matrix(tmp_path / "m.toml", f'tinypkg = ["git+file://{repo}@main"]')
