@@ -16,6 +16,7 @@ a metadata-only stub wheel tells the resolver the inherited version is already t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -65,13 +67,18 @@ class EnvResult:
     message: str = ""
     seconds: float = 0.0
     reused: bool = False
+    cuda_runtime: str = ""  # the CUDA version the cell's torch was built for ("" for a CPU build)
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
 
 
-def uv_binary() -> str:
+_UV_LOCK = threading.Lock()
+
+
+@functools.cache
+def _uv_binary() -> str:
     try:
         from uv import find_uv_bin
 
@@ -81,6 +88,13 @@ def uv_binary() -> str:
         if not found:
             raise FileNotFoundError("uv is not installed; pip install uv") from None
         return found
+
+
+def uv_binary() -> str:
+    # Once, under a lock: find_uv_bin reads sysconfig, whose first initialisation is not
+    # thread-safe (two parallel jobs saw get_config_var("EXE") return None).
+    with _UV_LOCK:
+        return _uv_binary()
 
 
 def request_for(cell: Cell, settings: Settings, find_links: list[str], exclude_newer: datetime | None = None) -> EnvRequest:
@@ -318,6 +332,7 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             marker.get("inherited", {}),
             seconds=time.monotonic() - started,
             reused=True,
+            cuda_runtime=marker.get("cuda_runtime", ""),
         )
     uv = uv_binary()
     env_root.mkdir(parents=True, exist_ok=True)
@@ -358,5 +373,24 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             )
     frozen = _run([uv, "pip", "freeze", "--python", python])
     freeze = parse_freeze(frozen.stdout)
-    (location / MARKER).write_text(json.dumps({"key": request.key(), "freeze": freeze, "inherited": inherited, "request": asdict(request)}))
-    return EnvResult("ready", location, python, freeze, inherited, seconds=time.monotonic() - started)
+    runtime = cuda_runtime(python)
+    marker_data = {"key": request.key(), "freeze": freeze, "inherited": inherited, "cuda_runtime": runtime, "request": asdict(request)}
+    (location / MARKER).write_text(json.dumps(marker_data))
+    return EnvResult("ready", location, python, freeze, inherited, seconds=time.monotonic() - started, cuda_runtime=runtime)
+
+
+# Reads torch/version.py without importing torch (seconds, and it must not touch the GPU).
+_CUDA_PROBE = (
+    "import importlib.util, os, re\n"
+    "spec = importlib.util.find_spec('torch')\n"
+    "path = os.path.join(os.path.dirname(spec.origin), 'version.py') if spec and spec.origin else ''\n"
+    "text = open(path).read() if path and os.path.exists(path) else ''\n"
+    "m = re.search(r\"^cuda\\b[^=\\n]*=\\s*['\\\"]([^'\\\"]+)['\\\"]\", text, re.M)\n"
+    "print(m.group(1) if m else '')"
+)
+
+
+def cuda_runtime(python: str) -> str:
+    """The CUDA runtime the env's torch was built for (torch.version.cuda), "" if none."""
+    proc = _run([python, "-c", _CUDA_PROBE])
+    return proc.stdout.strip() if proc.returncode == 0 else ""

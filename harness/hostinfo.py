@@ -29,8 +29,11 @@ def gpus() -> list[dict[str, str]]:
     return rows
 
 
-def describe() -> dict[str, Any]:
+def describe(selected: list[str] | None = None) -> dict[str, Any]:
+    """This machine; with `selected` (sweep --gpus), only those GPUs, as the run saw them."""
     found = gpus()
+    if selected is not None:
+        found = [found[int(i)] for i in selected if i.strip().isdigit() and int(i) < len(found)]
     return {
         "hostname": socket.gethostname(),
         "platform": f"{platform.system().lower()}-{platform.machine()}",

@@ -45,6 +45,19 @@ SETTINGS_KEYS = {
 }
 TOP_KEYS = {"matrix", "axes", "include", "exclude"}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
+# What the fork server imports once per cell, in order. A module that initialises CUDA at
+# import (bitsandbytes does when it sees a GPU) is dropped there, and only it; the torch.compile
+# stack bitsandbytes pulls in comes first so that it stays preloaded even then.
+DEFAULT_PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "transformers",
+    "transformers.modeling_utils",
+    "accelerate",
+    "peft",
+    "bitsandbytes",
+)
 _GIT_URL = re.compile(r"^git\+(https?|ssh|file)://(?:[\w.\-]+@)?[^\s@]+(?:@[\w./\-]+)?$")
 
 
@@ -159,7 +172,7 @@ class Settings:
     # Imported once per cell by the fork server (import, then fork per scenario). Importing
     # transformers.modeling_utils is most of the cost (~6 s of ~11 s on a 2-core machine).
     # Nothing here may touch CUDA: a forked child cannot use a CUDA context of its parent.
-    preload: list[str] = field(default_factory=lambda: ["torch", "transformers", "transformers.modeling_utils", "accelerate", "peft"])
+    preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
     extra_requirements: list[str] = field(default_factory=list)
     env_dir: str = ".nox"
 

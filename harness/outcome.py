@@ -82,3 +82,4 @@ class CellRecord:
     env_message: str
     env_seconds: float
     env_reused: bool
+    cuda_runtime: str = ""  # torch.version.cuda in the cell ("" for a CPU build)

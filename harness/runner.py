@@ -103,10 +103,13 @@ class CellRunner:
         preload: list[str] | None = None,
         env: Mapping[str, str] | None = None,
         workdir: Path | None = None,
+        avoid: set[str] | None = None,
     ) -> None:
         self.python = python
         self.isolation = isolation
-        self.preload = preload or []
+        # Modules known (from earlier cells) to initialise CUDA at import are not even tried.
+        self.avoid = set(avoid or ())
+        self.preload = [m for m in preload or [] if m not in self.avoid]
         self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
         self.tmp = Path(self._tmp.name)
@@ -116,6 +119,7 @@ class CellRunner:
         self.server_start_seconds = 0.0
         self.preloaded: list[str] = []
         self.cuda_initialized_by = ""
+        self.cuda_culprits: list[str] = []
 
     def __enter__(self) -> CellRunner:
         return self
@@ -153,10 +157,12 @@ class CellRunner:
         culprit = ready.get("cuda_initialized_by")
         if culprit:
             # Importing `culprit` initialised CUDA, which a forked scenario could not use:
-            # preload only what came before it and start again.
+            # start again without it. Only the culprit goes: what follows it may be clean,
+            # and if it imports the culprit itself, the next start finds that out too.
             self.cuda_initialized_by = culprit
+            self.cuda_culprits.append(culprit)
             self._stop_server()
-            self.preload = self.preload[: self.preload.index(culprit)] if culprit in self.preload else []
+            self.preload = [m for m in self.preload if m != culprit] if culprit in self.preload else []
             self._start_server()
 
     def _stop_server(self) -> None:
@@ -249,6 +255,9 @@ class CellRunner:
             "output": str(output),
             "env": {**(env or {}), "HARNESS_METRICS": str(metrics)},
         }
+        if self.isolation == "fork" and (self._server is None or self._server.poll() is not None):
+            # Start (and preload) before the clock starts: a scenario's seconds are its own.
+            self._start_server()
         started = time.monotonic()
         runner = self._run_forked if self.isolation == "fork" else self._run_process
         exit_code, sig, timed_out = runner(request, timeout)

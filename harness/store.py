@@ -143,6 +143,35 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         LEFT JOIN runs r USING (run_id);
         """,
     ),
+    (
+        # The CUDA runtime each cell's torch was built for (torch.version.cuda): with the
+        # driver it says which native libraries (bitsandbytes') a cell could load.
+        "0005_cuda_runtime",
+        """
+        ALTER TABLE cells ADD COLUMN IF NOT EXISTS cuda_runtime TEXT DEFAULT '';
+        CREATE OR REPLACE VIEW outcomes_v AS
+        SELECT
+            o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
+            o.signature, o.signature_family, o.blamed_library, o.exception_type, o.message,
+            COALESCE(c.installed->>'torch', c.versions->>'torch') AS torch,
+            COALESCE(c.installed->>'transformers', c.versions->>'transformers') AS transformers,
+            COALESCE(c.installed->>'accelerate', c.versions->>'accelerate') AS accelerate,
+            COALESCE(c.installed->>'peft', c.versions->>'peft') AS peft,
+            COALESCE(c.installed->>'bitsandbytes', c.versions->>'bitsandbytes') AS bitsandbytes,
+            c.versions, c.installed, c.git_commits, c.inherited, c.python,
+            r.host->>'platform' AS platform,
+            r.host->>'gpu' AS gpu,
+            TRY_CAST(r.host->>'gpu_count' AS INTEGER) AS gpu_count,
+            r.host->'gpus'->0->>'memory.total' AS gpu_memory,
+            r.host->'gpus'->0->>'compute_cap' AS gpu_compute_capability,
+            r.host->'gpus'->0->>'driver_version' AS gpu_driver,
+            c.cuda_runtime,
+            o.seconds, c.env_seconds, o.metrics, o.started_at
+        FROM outcomes o
+        LEFT JOIN cells c USING (run_id, cell_id)
+        LEFT JOIN runs r USING (run_id);
+        """,
+    ),
 )
 
 
@@ -226,7 +255,8 @@ class Store:
     def record_cell(self, rec: CellRecord) -> None:
         """Latest environment facts for a cell in a run (a rebuild replaces them)."""
         self.con.execute(
-            "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO cells (run_id, cell_id, python, versions, requirements, installed, inherited, git_commits,"
+            " env_status, env_message, env_seconds, env_reused, built_at, cuda_runtime) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 rec.run_id,
                 rec.cell_id,
@@ -241,6 +271,7 @@ class Store:
                 rec.env_seconds,
                 rec.env_reused,
                 _now(),
+                rec.cuda_runtime,
             ],
         )
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,8 +24,9 @@ from typing import Any, Protocol
 from harness import __version__, hostinfo
 from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
 from harness.catalog import Scenario, applicability, select
-from harness.envs import EnvResult, build_env
+from harness.envs import EnvResult, build_env, uv_binary
 from harness.errors import BadInput
+from harness.gpulocks import GpuLocks
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome, Status
 from harness.redact import mask, secret_values
@@ -145,6 +148,7 @@ def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str
         mask(env.message, secrets),
         env.seconds,
         env.reused,
+        env.cuda_runtime,
     )
 
 
@@ -156,7 +160,7 @@ class Sweep:
         self.store = store
         self.reporter = reporter or SilentReporter()
         self.secrets = secret_values(os.environ)
-        self.host = hostinfo.describe()
+        self.host = hostinfo.describe(plan.options.gpus)
         self.settings = plan.spec.settings
         self.env_root = (plan.options.env_root or Path(self.settings.env_dir)).resolve()
         self.find_links = expand_find_links(self.settings.find_links)
@@ -164,6 +168,10 @@ class Sweep:
         self.timing = {"env_seconds": 0.0, "scenario_seconds": 0.0, "server_start_seconds": 0.0}
         self.last_env_reused = False
         self._lock = threading.RLock()
+        # (module, version of its distribution) found to initialise CUDA at import in one
+        # cell's fork server: later cells with that version skip it instead of restarting.
+        self.cuda_culprits: set[tuple[str, str]] = set()
+        self.gpu_locks = GpuLocks()
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -193,7 +201,8 @@ class Sweep:
         return [str(i) for i in range(int(self.host.get("gpu_count", 0)))]
 
     def _run_parallel(self, work: list[tuple[Cell, list[tuple[Scenario, int]]]], all_gpus: list[str]) -> list[Outcome]:
-        """Cells in parallel, one GPU each (round robin); what needs more GPUs runs at the end with all.
+        """Cells in parallel, one GPU each (round robin). A scenario that needs more GPUs than
+        a job has takes them all for its run (GpuLocks), inside its own cell's turn.
 
         Environment builds of one job overlap with scenarios of the others.
         """
@@ -203,7 +212,6 @@ class Sweep:
         for item in work:
             pending.put(item)
         produced: list[Outcome] = []
-        deferred: list[tuple[Cell, Scenario, int]] = []
 
         def worker(slot: list[str]) -> None:
             while True:
@@ -211,25 +219,20 @@ class Sweep:
                     cell, todo = pending.get_nowait()
                 except queue.Empty:
                     return
-                outcomes = self.run_cell(cell, todo, slot, defer=deferred if len(all_gpus) > len(slot) else None)
+                outcomes = self.run_cell(cell, todo, slot)
                 with self._lock:
                     produced.extend(outcomes)
 
+        # sysconfig's first initialisation is not thread-safe (uv and nox read it to find
+        # binaries): do it once here, before the jobs' threads start.
+        sysconfig.get_config_vars()
+        uv_binary()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for future in [pool.submit(worker, slot) for slot in slots]:
                 future.result()
-        for cell in {c.id: c for c, _, _ in deferred}.values():
-            todo = [(s, r) for c, s, r in deferred if c.id == cell.id]
-            produced += self.run_cell(cell, todo, all_gpus)
         return produced
 
-    def run_cell(
-        self,
-        cell: Cell,
-        todo: list[tuple[Scenario, int]],
-        gpus: list[str] | None = None,
-        defer: list[tuple[Cell, Scenario, int]] | None = None,
-    ) -> list[Outcome]:
+    def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]], gpus: list[str] | None = None) -> list[Outcome]:
         with self._lock:
             self.reporter.cell_started(cell)
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
@@ -242,20 +245,44 @@ class Sweep:
             self.reporter.env_built(cell, env)
         if not env.ready:
             return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in todo]
-        if defer is not None and gpus is not None:
-            wider = [(s, r) for s, r in todo if len(gpus) < s.requires.gpus <= len(self.gpu_ids())]
-            with self._lock:
-                defer.extend((cell, s, r) for s, r in wider)
-            todo = [item for item in todo if item not in wider]
-        env_vars = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus and self.plan.options.jobs > 1 else {}
+        with self._lock:
+            avoid = {m for m in self.settings.preload if (m, _dist_version(m, env.freeze)) in self.cuda_culprits}
         outcomes = []
-        with CellRunner(env.python, isolation=self.settings.isolation, preload=self.settings.preload, env=env_vars) as runner:
+        settings = self.settings
+        with CellRunner(env.python, isolation=settings.isolation, preload=settings.preload, env=self._job_env(gpus), avoid=avoid) as runner:
             for scenario, repeat in todo:
-                gpu_count = len(gpus) if gpus is not None else int(self.host.get("gpu_count", 0))
-                outcomes.append(self._emit(self._run_one(runner, cell, scenario, repeat, env, gpu_count), cell))
+                with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
+                    outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
+                outcomes.append(self._emit(outcome, cell))
             with self._lock:
                 self.timing["server_start_seconds"] += runner.server_start_seconds
+                self.cuda_culprits.update((m, _dist_version(m, env.freeze)) for m in runner.cuda_culprits)
         return outcomes
+
+    @contextmanager
+    def _gpus_for(self, scenario: Scenario, gpus: list[str] | None) -> Iterator[tuple[int, dict[str, str]]]:
+        """The GPUs one scenario runs on: its job's, or, if it needs more, all of them alone."""
+        every = self.gpu_ids()
+        if gpus is None or not gpus:
+            yield (len(gpus) if gpus is not None else len(every)), {}
+        elif len(gpus) < scenario.requires.gpus <= len(every):
+            with self.gpu_locks.exclusive(every):
+                yield len(every), {"CUDA_VISIBLE_DEVICES": ",".join(every)}
+        else:
+            with self.gpu_locks.shared(gpus[0]):
+                yield len(gpus), {}
+
+    def _job_env(self, gpus: list[str] | None) -> dict[str, str]:
+        """What a cell's processes see of the machine when it is shared or narrowed."""
+        env: dict[str, str] = {}
+        jobs = self.plan.options.jobs
+        if gpus and (jobs > 1 or self.plan.options.gpus is not None):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # Each torch would start a thread per core: N cells at once would oversubscribe
+            # the CPU N times over; tiny models gain nothing from more threads than their share.
+            env["OMP_NUM_THREADS"] = str(max(1, int(self.host.get("cpus") or os.cpu_count() or 1) // jobs))
+        return env
 
     def _emit(self, outcome: Outcome, cell: Cell) -> Outcome:
         with self._lock:  # one writer at a time: DuckDB connections are not shared across threads
@@ -275,14 +302,16 @@ class Sweep:
         outcome.signature, outcome.signature_family = sig.text, sig.family
         return outcome
 
-    def _run_one(self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int) -> Outcome:
+    def _run_one(
+        self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]
+    ) -> Outcome:
         reason = applicability(scenario, env.freeze, gpu_count)
         if reason:
             outcome = self._base(cell, scenario, repeat, Status.NOT_APPLICABLE)
             outcome.message = reason
             return outcome
         timeout = float(scenario.timeout or self.settings.timeout)
-        raw = runner.run(scenario.path, timeout, _scenario_env(self.plan.options))
+        raw = runner.run(scenario.path, timeout, {**_scenario_env(self.plan.options), **request_env})
         with self._lock:
             self.timing["scenario_seconds"] += raw.seconds
         verdict = interpret(raw, timeout, self.libraries)
@@ -313,3 +342,9 @@ def _settings_dict(settings: object) -> dict[str, object]:
     from dataclasses import asdict
 
     return asdict(settings)  # type: ignore[call-overload]
+
+
+def _dist_version(module: str, freeze: dict[str, str]) -> str:
+    """The installed version of the distribution a module comes from ("" if not in the freeze)."""
+    top = module.split(".", 1)[0]
+    return freeze.get(top) or freeze.get(top.replace("_", "-")) or ""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 
-import bitsandbytes as bnb
 import torch
 from _kit import check, device, metric, not_applicable
 
@@ -59,6 +58,9 @@ def main() -> None:
 def quantized_layer() -> torch.nn.Module:
     if device() != "cpu":
         not_applicable("the CPU weight packing runs only on the CPU")
+    # Imported only now: on a GPU, importing bitsandbytes initialises CUDA (seconds) for nothing.
+    import bitsandbytes as bnb
+
     torch.manual_seed(0)
     weight = torch.nn.Linear(IN_FEATURES, OUT_FEATURES, bias=False).weight.data
     layer = bnb.nn.Linear4bit(

@@ -94,3 +94,39 @@ def test_plan_for_github_actions_and_slurm(tmp_path: Path) -> None:
     assert sum(e["cells"] for e in plan["include"]) == len(VERSIONS)
     slurm = run_cli("plan", "--matrix", str(matrix), "--shards", "2", "--format", "slurm").stdout
     assert "#SBATCH --array=1-2" in slurm and '--shard "$SLURM_ARRAY_TASK_ID/2"' in slurm
+
+
+def _visible(tmp_path: Path, *args: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """Run a sweep whose scenarios print what GPUs and threads they were given."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[matrix]\npreload = []\n[axes]\npackaging = ["23.2", "24.0", "24.1", "24.2"]\n')
+    show = "import os\nprint(os.environ.get('CUDA_VISIBLE_DEVICES', '-'), os.environ.get('OMP_NUM_THREADS', '-'))\n"
+    scenarios = []
+    for name, head in (("one_gpu", "REQUIRES = {'gpus': 1}\n"), ("two_gpus", "REQUIRES = {'gpus': 2}\n")):
+        (tmp_path / f"{name}.py").write_text(head + show)
+        scenarios += ["--scenario", str(tmp_path / f"{name}.py")]
+    db = tmp_path / "gpus.duckdb"
+    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--no-progress", *args, *scenarios)
+    assert proc.returncode == 0, proc.stderr
+    return {(r[0], r[1]): (r[3], r[4].strip()) for r in _rows(db)}
+
+
+def test_each_job_gets_its_own_gpu_and_a_share_of_the_cores(tmp_path: Path, env_root: Path) -> None:
+    seen = _visible(tmp_path, "--env-root", str(env_root), "--gpus", "0,1", "--jobs", "2")
+    one = {cell: out for (cell, scenario), out in seen.items() if scenario == "one_gpu"}
+    assert all(status == "pass" for status, _ in one.values())
+    gpus = {out.split()[0] for _, out in one.values()}
+    assert gpus == {"0", "1"}  # both GPUs used, one each
+    import os
+
+    assert {out.split()[1] for _, out in one.values()} == {str(max(1, (os.cpu_count() or 1) // 2))}
+    # the two-GPU scenario waits for both GPUs, in every cell
+    two = [out for (cell, scenario), out in seen.items() if scenario == "two_gpus"]
+    assert len(two) == 4 and all(status == "pass" and out.split()[0] == "0,1" for status, out in two)
+
+
+def test_gpus_narrows_a_serial_sweep(tmp_path: Path, env_root: Path) -> None:
+    seen = _visible(tmp_path, "--env-root", str(env_root), "--gpus", "1")
+    assert {out for (_, s), (status, out) in seen.items() if s == "one_gpu"} == {"1 -"}
+    # one GPU visible: the two-GPU scenario is not applicable rather than run on one
+    assert {status for (_, s), (status, _) in seen.items() if s == "two_gpus"} == {"not_applicable"}

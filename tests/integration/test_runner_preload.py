@@ -31,10 +31,37 @@ def test_server_restarts_without_a_module_that_initialises_cuda(tmp_path: Path) 
     ) as runner:
         raw = runner.run(scenario, timeout=30)
         assert runner.cuda_initialized_by == "greedy_lib"
-        # only what came before the culprit is preloaded; the scenario still runs, forked
-        assert runner.preloaded == ["torch"]
+        # only the culprit goes: what follows it is still preloaded; the scenario runs, forked
+        assert runner.preloaded == ["torch", "after_lib"]
+        assert runner.cuda_culprits == ["greedy_lib"]
     assert raw.record == {"status": "pass"}
-    assert raw.output_tail.strip() == "['torch']"
+    assert raw.output_tail.strip() == "['after_lib', 'torch']"
+
+
+def test_a_known_culprit_is_not_even_tried(tmp_path: Path) -> None:
+    """The sweep passes culprits found in earlier cells: no second server start for them."""
+    (tmp_path / "torch.py").write_text(FAKE_TORCH)
+    (tmp_path / "greedy_lib.py").write_text(GREEDY)
+    scenario = tmp_path / "where.py"
+    scenario.write_text("import sys\nprint('greedy_lib' in sys.modules)\n")
+    with CellRunner(
+        sys.executable, isolation="fork", preload=["torch", "greedy_lib"], env={"PYTHONPATH": str(tmp_path)}, avoid={"greedy_lib"}
+    ) as runner:
+        raw = runner.run(scenario, timeout=30)
+        assert runner.cuda_culprits == []
+        assert runner.preloaded == ["torch"]
+    assert raw.output_tail.strip() == "False"
+
+
+def test_server_start_is_not_counted_in_the_scenarios_seconds(tmp_path: Path) -> None:
+    (tmp_path / "slow_lib.py").write_text("import time\ntime.sleep(1.5)\n")
+    scenario = tmp_path / "quick.py"
+    scenario.write_text("print('ok')\n")
+    with CellRunner(sys.executable, isolation="fork", preload=["slow_lib"], env={"PYTHONPATH": str(tmp_path)}) as runner:
+        raw = runner.run(scenario, timeout=30)
+        assert runner.server_start_seconds >= 1.5
+    assert raw.record == {"status": "pass"}
+    assert raw.seconds < 1.5
 
 
 def test_a_clean_preload_is_kept(tmp_path: Path) -> None:

@@ -193,3 +193,15 @@ STATUS_KINDS = [
 @pytest.mark.parametrize(("status", "failure", "env_problem"), STATUS_KINDS)
 def test_status_kinds(status: Status, failure: bool, env_problem: bool) -> None:
     assert (status.is_failure, status.is_env_problem) == (failure, env_problem)
+
+
+def test_cuda_runtime_reaches_the_view_and_old_records_default_to_empty(db: Path) -> None:
+    from dataclasses import replace
+
+    with Store(db) as store:
+        store.record_cell(replace(cell_record("gpu-cell", {"torch": "inherit"}, {"torch": "2.11.0"}), cuda_runtime="13.0"))
+        store.record_cell(cell_record("old-cell", {"torch": "2.11.0"}, {"torch": "2.11.0"}))  # as written before 0005
+        for cell in ("gpu-cell", "old-cell"):
+            store.add_outcome(outcome(cell=cell))
+        rows = dict(store.con.execute("SELECT cell_id, cuda_runtime FROM outcomes_v").fetchall())
+    assert rows == {"gpu-cell": "13.0", "old-cell": ""}
