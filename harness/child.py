@@ -28,6 +28,7 @@ from typing import Any
 #: of a shared runner is not the scenario's to fill.
 OUTPUT_LIMIT_BYTES = 256 * 2**20
 KIT_DIR_ENV = "HARNESS_KIT_DIR"
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 STATUS_BY_CLASS = {
     "ScenarioFailed": "fail",
     "NotApplicable": "not_applicable",
@@ -116,11 +117,25 @@ def _child(request: dict[str, Any]) -> None:
 
 
 def _cuda_initialized() -> bool:
+    """Whether a forked child could no longer use CUDA: torch initialised it here, or
+    something poisoned fork (`torch.cuda.is_available()` does, through cudaGetDeviceCount,
+    without initialising torch's CUDA state)."""
     torch = sys.modules.get("torch")
+    if torch is None:
+        return False
     try:
-        return bool(torch is not None and torch.cuda.is_initialized())
+        if torch.cuda.is_initialized():
+            return True
     except Exception:  # a torch without CUDA support
         return False
+    bad_fork = getattr(getattr(torch, "_C", None), "_cuda_isInBadFork", None)
+    if bad_fork is None:  # a CPU build: nothing to poison
+        return False
+    pid = os.fork()
+    if pid == 0:  # the probe: torch marks a child of a poisoned parent "in bad fork"
+        os._exit(1 if bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
 
 
 def _decode_status(status: int) -> dict[str, Any]:
@@ -136,6 +151,10 @@ def serve(preload: list[str]) -> int:
     os.dup2(2, 1)
     imported = []
     cuda_by = ""
+    # While preloading, torch.cuda.is_available() asks NVML instead of initialising the driver
+    # (which would poison fork); scenarios get the user's setting back.
+    nvml_check = os.environ.get(NVML_CHECK)
+    os.environ.setdefault(NVML_CHECK, "1")
     for module in preload:
         try:
             __import__(module)
@@ -147,6 +166,8 @@ def serve(preload: list[str]) -> int:
             # restarts this server without this module (and what follows it).
             cuda_by = module
             break
+    if nvml_check is None:
+        os.environ.pop(NVML_CHECK, None)
     answer.write(json.dumps({"ready": imported, "cuda_initialized_by": cuda_by}) + "\n")
     answer.flush()
     for line in sys.stdin:

@@ -76,3 +76,59 @@ def test_a_clean_preload_is_kept(tmp_path: Path) -> None:
         assert runner.cuda_initialized_by == ""
         assert runner.preloaded == ["torch", "after_lib"]
     assert raw.record == {"status": "pass"}
+
+
+# A CUDA build of torch whose fork was poisoned (as torch.cuda.is_available() does) without
+# torch.cuda.is_initialized() ever becoming true: only a forked probe can tell.
+FORK_AWARE_TORCH = """
+import os, types
+_bad = [False]
+_poisoned = [False]
+def _is_in_bad_fork():
+    return _bad[0]
+def _poison():
+    if not _poisoned[0]:
+        _poisoned[0] = True
+        os.register_at_fork(after_in_child=lambda: _bad.__setitem__(0, True))
+cuda = types.SimpleNamespace(is_initialized=lambda: False)
+_C = types.SimpleNamespace(_cuda_isInBadFork=_is_in_bad_fork)
+"""
+POISONER = """
+import torch
+torch._poison()
+"""
+# What torch.cuda.is_available() does: it poisons fork unless NVML is asked instead.
+CAREFUL = """
+import os, torch
+if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") != "1":
+    torch._poison()
+"""
+
+
+def test_a_module_that_poisons_fork_is_dropped(tmp_path: Path) -> None:
+    (tmp_path / "torch.py").write_text(FORK_AWARE_TORCH)
+    (tmp_path / "poisoner.py").write_text(POISONER)
+    (tmp_path / "after_lib.py").write_text("")
+    scenario = tmp_path / "where.py"
+    scenario.write_text("import sys, torch\nprint(torch._is_in_bad_fork(), 'poisoner' in sys.modules)\n")
+    preload = ["torch", "poisoner", "after_lib"]
+    with CellRunner(sys.executable, isolation="fork", preload=preload, env={"PYTHONPATH": str(tmp_path)}) as runner:
+        raw = runner.run(scenario, timeout=30)
+        assert runner.cuda_culprits == ["poisoner"]
+        assert runner.preloaded == ["torch", "after_lib"]
+    assert raw.output_tail.strip() == "False False"  # the scenario's process is not in a bad fork
+
+
+def test_preloading_asks_nvml_and_scenarios_get_the_default_back(tmp_path: Path) -> None:
+    (tmp_path / "torch.py").write_text(FORK_AWARE_TORCH)
+    (tmp_path / "careful.py").write_text(CAREFUL)
+    scenario = tmp_path / "env.py"
+    scenario.write_text("import os\nprint(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK', 'unset'))\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    os_env_had = "PYTORCH_NVML_BASED_CUDA_CHECK" in __import__("os").environ
+    with CellRunner(sys.executable, isolation="fork", preload=["torch", "careful"], env=env) as runner:
+        raw = runner.run(scenario, timeout=30)
+        assert runner.cuda_culprits == []  # it only checks availability: preloaded safely
+        assert runner.preloaded == ["torch", "careful"]
+    if not os_env_had:
+        assert raw.output_tail.strip() == "unset"
