@@ -21,6 +21,7 @@ import resource
 import runpy
 import signal
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -155,10 +156,13 @@ def serve(preload: list[str]) -> int:
     # (which would poison fork); scenarios get the user's setting back.
     nvml_check = os.environ.get(NVML_CHECK)
     os.environ.setdefault(NVML_CHECK, "1")
+    seconds: dict[str, float] = {}
     for module in preload:
+        started = time.monotonic()
         try:
             __import__(module)
             imported.append(module)
+            seconds[module] = round(time.monotonic() - started, 3)
         except Exception:  # a cell without the module simply imports nothing
             continue
         if _cuda_initialized():
@@ -168,7 +172,7 @@ def serve(preload: list[str]) -> int:
             break
     if nvml_check is None:
         os.environ.pop(NVML_CHECK, None)
-    answer.write(json.dumps({"ready": imported, "cuda_initialized_by": cuda_by}) + "\n")
+    answer.write(json.dumps({"ready": imported, "cuda_initialized_by": cuda_by, "seconds": seconds}) + "\n")
     answer.flush()
     for line in sys.stdin:
         if not line.strip():

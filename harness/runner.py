@@ -120,6 +120,7 @@ class CellRunner:
         self.preloaded: list[str] = []
         self.cuda_initialized_by = ""
         self.cuda_culprits: list[str] = []
+        self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
 
     def __enter__(self) -> CellRunner:
         return self
@@ -153,6 +154,7 @@ class CellRunner:
             self._stop_server()
             raise RuntimeError(f"the fork server did not start: {_tail(self.tmp / 'server.log', 2000)}")
         self.preloaded = list(ready["ready"])
+        self.preload_seconds = dict(ready.get("seconds", {}))
         self.server_start_seconds += time.monotonic() - started
         culprit = ready.get("cuda_initialized_by")
         if culprit:

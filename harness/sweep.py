@@ -172,6 +172,7 @@ class Sweep:
         # cell's fork server: later cells with that version skip it instead of restarting.
         self.cuda_culprits: set[tuple[str, str]] = set()
         self.gpu_locks = GpuLocks()
+        self.preload_seconds: dict[str, float] = {}  # per preloaded module, summed over cells
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -194,6 +195,17 @@ class Sweep:
             produced = self._run_parallel(work, all_gpus)
         self.reporter.finish()
         return produced
+
+    def timing_line(self) -> str:
+        """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
+        t = self.timing
+        slowest = sorted(self.preload_seconds.items(), key=lambda kv: -kv[1])[:3]
+        imports = ", ".join(f"{m} {s:.1f}" for m, s in slowest)
+        culprits = ", ".join(sorted(f"{m} {v}" for m, v in self.cuda_culprits)) or "none"
+        return (
+            f"time: env builds {t['env_seconds']:.1f} s, fork-server starts {t['server_start_seconds']:.1f} s"
+            f" (slowest imports: {imports or '-'}), scenarios {t['scenario_seconds']:.1f} s; not preloaded (CUDA at import): {culprits}"
+        )
 
     def gpu_ids(self) -> list[str]:
         if self.plan.options.gpus is not None:
@@ -256,6 +268,8 @@ class Sweep:
                 outcomes.append(self._emit(outcome, cell))
             with self._lock:
                 self.timing["server_start_seconds"] += runner.server_start_seconds
+                for module, seconds in runner.preload_seconds.items():
+                    self.preload_seconds[module] = self.preload_seconds.get(module, 0.0) + seconds
                 self.cuda_culprits.update((m, _dist_version(m, env.freeze)) for m in runner.cuda_culprits)
         return outcomes
 
