@@ -132,6 +132,11 @@ class CellRunner:
         self._stop_server()
         self._tmp.cleanup()
 
+    def start(self) -> None:
+        """Start the fork server now (preloading), rather than at the first scenario."""
+        if self.isolation == "fork" and (self._server is None or self._server.poll() is not None):
+            self._start_server()
+
     # -- fork server -------------------------------------------------------------------
     def _start_server(self) -> None:
         started = time.monotonic()
@@ -257,9 +262,7 @@ class CellRunner:
             "output": str(output),
             "env": {**(env or {}), "HARNESS_METRICS": str(metrics)},
         }
-        if self.isolation == "fork" and (self._server is None or self._server.poll() is not None):
-            # Start (and preload) before the clock starts: a scenario's seconds are its own.
-            self._start_server()
+        self.start()  # before the clock starts: a scenario's seconds are its own
         started = time.monotonic()
         runner = self._run_forked if self.isolation == "fork" else self._run_process
         exit_code, sig, timed_out = runner(request, timeout)

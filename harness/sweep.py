@@ -262,6 +262,8 @@ class Sweep:
         outcomes = []
         settings = self.settings
         with CellRunner(env.python, isolation=settings.isolation, preload=settings.preload, env=self._job_env(gpus), avoid=avoid) as runner:
+            if any(not applicability(s, env.freeze, len(self.gpu_ids())) for s, _ in todo):
+                runner.start()  # preload now, holding no GPU: a two-GPU scenario must not wait on it
             for scenario, repeat in todo:
                 with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
                     outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
