@@ -109,7 +109,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             print(json.dumps(outcome.serialize(), default=str))
         return EXIT_OK
     console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
-    console.print(sweep.timing_line(), highlight=False)
+    console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
     render(rows, console, title=f"run {sweep_plan.run_id}")
     return EXIT_OK
 
