@@ -16,7 +16,6 @@ a metadata-only stub wheel tells the resolver the inherited version is already t
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -25,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -74,11 +72,7 @@ class EnvResult:
         return self.status == "ready"
 
 
-_UV_LOCK = threading.Lock()
-
-
-@functools.cache
-def _uv_binary() -> str:
+def uv_binary() -> str:
     try:
         from uv import find_uv_bin
 
@@ -89,12 +83,6 @@ def _uv_binary() -> str:
             raise FileNotFoundError("uv is not installed; pip install uv") from None
         return found
 
-
-def uv_binary() -> str:
-    # Once, under a lock: find_uv_bin reads sysconfig, whose first initialisation is not
-    # thread-safe (two parallel jobs saw get_config_var("EXE") return None).
-    with _UV_LOCK:
-        return _uv_binary()
 
 
 def request_for(cell: Cell, settings: Settings, find_links: list[str], exclude_newer: datetime | None = None) -> EnvRequest:

@@ -169,7 +169,7 @@ class CellRunner:
             self.cuda_initialized_by = culprit
             self.cuda_culprits.append(culprit)
             self._stop_server()
-            self.preload = [m for m in self.preload if m != culprit] if culprit in self.preload else []
+            self.preload = [m for m in self.preload if m != culprit]
             self._start_server()
 
     def _stop_server(self) -> None:

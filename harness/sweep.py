@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from harness import __version__, hostinfo
 from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
 from harness.catalog import Scenario, applicability, select
-from harness.envs import EnvResult, build_env, uv_binary
+from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
 from harness.gpulocks import GpuLocks
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
@@ -235,10 +235,9 @@ class Sweep:
                 with self._lock:
                     produced.extend(outcomes)
 
-        # sysconfig's first initialisation is not thread-safe (uv and nox read it to find
-        # binaries): do it once here, before the jobs' threads start.
+        # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
+        # two jobs saw get_config_var("EXE") return None): do it once, before the threads start.
         sysconfig.get_config_vars()
-        uv_binary()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for future in [pool.submit(worker, slot) for slot in slots]:
                 future.result()
