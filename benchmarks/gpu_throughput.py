@@ -2,12 +2,13 @@
 
     python benchmarks/gpu_throughput.py DIR [--json]
 
-DIR holds walls.tsv ("mode part wall_s" per finished part), all.jsonl (every GPU, one cell
-per GPU at a time) and one-*.jsonl (GPU 0 alone, one cell at a time, in shards). Prints, per
-mode, the cells, outcomes and the summed wall time of its parts, then the ratio of the walls
-over the cells both modes finished, and whether both modes gave every shared (cell,
-scenario) the same status and signature. A scenario that needs two GPUs runs only in "all"
-(it is not applicable on one), so "all" does strictly more work: the ratio is conservative.
+DIR holds walls.tsv ("mode part wall_s" per finished part) and MODE-PART.jsonl per part:
+"all" (every GPU, one cell per GPU at a time) and "one" (GPU 0 alone, one cell at a time);
+part k is the same shard k/N of the cells in both modes. Prints, per mode, the cells,
+outcomes and the summed wall time of its parts; the parts both modes finished side by side
+and the ratio of their walls; and whether both modes gave every shared (cell, scenario) the
+same status and signature. A scenario that needs two GPUs runs only in "all" (it is not
+applicable on one), so "all" does strictly more work: the ratio is conservative.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def walls(folder: Path) -> dict[str, dict[str, float]]:
 def summarise(folder: Path) -> dict[str, Any]:
     timed = walls(folder)
     modes: dict[str, Any] = {}
-    finished_one = [folder / f"one-{part}.jsonl" for part in timed.get("one", {})]
-    for mode, files in (("all", [folder / "all.jsonl"]), ("one", finished_one)):
+    for mode in ("all", "one"):
+        files = [folder / f"{mode}-{part}.jsonl" if part != "all" else folder / "all.jsonl" for part in timed.get(mode, {})]
         runs, outcomes = read_jsonl([f for f in files if f.exists()])
         host = next(iter(runs.values()), {}).get("host", {})
         modes[mode] = {
@@ -65,9 +66,21 @@ def summarise(folder: Path) -> dict[str, Any]:
     differ = [{"cell": k[0], "scenario": k[1], "all": a[k], "one": o[k]} for k in common if a[k] != o[k]]
     same_cells = {c for c, _ in a} == {c for c, _ in o}
     ratio = modes["one"]["wall_s"] / modes["all"]["wall_s"] if same_cells and modes["all"]["wall_s"] else None
+    # shard k holds the same cells in both modes: compare the shards both finished
+    both = sorted(set(timed.get("all", {})) & set(timed.get("one", {})))
+    parts = [{"part": k, "all_s": timed["all"][k], "one_s": timed["one"][k], "ratio": timed["one"][k] / timed["all"][k]} for k in both]
+    part_ratio = sum(p["one_s"] for p in parts) / sum(p["all_s"] for p in parts) if parts else None
     for m in modes.values():
         del m["_by_key"]
-    return {"modes": modes, "same_cells": same_cells, "ratio_one_over_all": ratio, "compared": len(common), "differ": differ}
+    return {
+        "modes": modes,
+        "same_cells": same_cells,
+        "ratio_one_over_all": ratio,
+        "parts": parts,
+        "parts_ratio": part_ratio,
+        "compared": len(common),
+        "differ": differ,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         label = {"all": "all GPUs", "one": "GPU 0"}[mode]
         cols = f"{m['cpus']:>4} {m['parts']:>5} {m['cells']:>5} {m['outcomes']:>8} {m['wall_s']:>7}"
         print(f"{label:<8} {m['gpu'][:12]:<12} {cols}  {m['statuses']}")
+    for p in result["parts"]:
+        print(f"  shard {p['part']}: all GPUs {p['all_s']:.1f} s, GPU 0 {p['one_s']:.1f} s, {p['ratio']:.2f}x")
+    if result["parts_ratio"] is not None:
+        print(f"throughput over the {len(result['parts'])} shards both modes finished: {result['parts_ratio']:.2f}x")
     if result["ratio_one_over_all"] is None:
         print("ratio: not comparable yet (the modes finished different cells)")
     else:

@@ -78,6 +78,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir, .nox)")
     p.add_argument("--jobs", type=int, default=1, help="cells built and run at once; with GPUs each job gets one (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--gpus", default=None, help="GPU ids to use, e.g. 0,1 (default: every GPU nvidia-smi sees)")
+    p.add_argument(
+        "--no-lookahead",
+        action="store_true",
+        help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
+    )
     p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
@@ -90,6 +95,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
     )
     options.jobs = args.jobs
+    options.lookahead = not args.no_lookahead
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     if args.jobs < 1:

@@ -92,6 +92,41 @@ def kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
         pass
 
 
+PIP_SHIM = """#!/bin/sh
+# The cell's env was made by uv and carries no pip: this is uv's pip, bound to it (VIRTUAL_ENV).
+exec '{uv}' pip "$@"
+"""
+
+
+def activation(python: str, tools: Path, path: str) -> dict[str, str]:
+    """PATH and VIRTUAL_ENV of a scenario process: the cell's env comes first, as if activated.
+
+    A scenario (or a library) that runs `python`, `pip` or a console script gets the cell's,
+    not the host's. That matters for speed too: bitsandbytes runs `pip list` at import, and on
+    a GPU image the host's pip lists the base image's hundreds of packages (~1 s, in every
+    scenario, since bitsandbytes cannot be preloaded where it initialises CUDA). uv envs have
+    no pip, so `tools` gets a `pip` that is uv's, which lists the cell's packages in ~0.05 s.
+    """
+    bin_dir = Path(python).parent
+    if not (bin_dir.parent / "pyvenv.cfg").exists():
+        return {}  # not a virtualenv: leave the user's PATH alone
+    entries = [str(bin_dir)]
+    if not (bin_dir / "pip").exists():
+        try:
+            from harness.envs import uv_binary
+
+            uv = uv_binary()
+        except FileNotFoundError:
+            uv = ""
+        if uv:
+            tools.mkdir(parents=True, exist_ok=True)
+            shim = tools / "pip"
+            shim.write_text(PIP_SHIM.format(uv=uv))
+            shim.chmod(0o755)
+            entries.insert(0, str(tools))
+    return {"PATH": os.pathsep.join([*entries, path]), "VIRTUAL_ENV": str(bin_dir.parent)}
+
+
 class CellRunner:
     """Runs scenarios for one cell. Use as a context manager."""
 
@@ -110,9 +145,10 @@ class CellRunner:
         # Modules known (from earlier cells) to initialise CUDA at import are not even tried.
         self.avoid = set(avoid or ())
         self.preload = [m for m in preload or [] if m not in self.avoid]
-        self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
         self.tmp = Path(self._tmp.name)
+        base = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
+        self.env = {**base, **activation(python, self.tmp / "bin", base.get("PATH", os.defpath))}
         self._server: subprocess.Popen[bytes] | None = None
         self._selector: selectors.BaseSelector | None = None
         self._buffer = b""

@@ -8,11 +8,13 @@ already stored for the run are not recomputed, so a killed sweep resumes where i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
 import sysconfig
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,6 +52,7 @@ class SweepOptions:
     jobs: int = 1  # cells built and run at once; with GPUs, each job gets one GPU
     gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
     shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
+    lookahead: bool = True  # a job prepares its next cell while it runs one
 
 
 @dataclass
@@ -152,6 +155,79 @@ def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str
     )
 
 
+@dataclass
+class _Prepared:
+    """A cell ready to run: its env, and its started runner (None if the env failed)."""
+
+    cell: Cell
+    todo: list[tuple[Scenario, int]]
+    env: EnvResult
+    runner: CellRunner | None
+
+
+class _Feed:
+    """Hands prepared cells (env built, fork server started) to the jobs, in matrix order.
+
+    `ahead` background threads keep at most `ahead` cells prepared or being prepared beyond
+    those running, so a job that finishes a cell finds the next one ready, whichever job
+    that is: no job idles on imports while another holds a prepared cell. Threads are
+    daemons: Ctrl-C during a long env build must not wait on it.
+    """
+
+    def __init__(
+        self,
+        work: list[tuple[Cell, list[tuple[Scenario, int]]]],
+        prepare: Callable[[Cell, list[tuple[Scenario, int]]], _Prepared],
+        ahead: int,
+    ) -> None:
+        self._work = deque(work)
+        self._left = len(work)  # not yet handed to a job
+        self._prepare = prepare
+        self._ready: queue.Queue[_Prepared | BaseException] = queue.Queue()
+        self._permits = threading.Semaphore(ahead)
+        self._lock = threading.Lock()
+        for _ in range(min(ahead, len(work))):
+            threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._permits.acquire()
+            with self._lock:
+                if not self._work:
+                    return
+                cell, todo = self._work.popleft()
+            try:
+                item: _Prepared | BaseException = self._prepare(cell, todo)
+            except BaseException as exc:  # handed to the job that takes it
+                item = exc
+            self._ready.put(item)
+
+    def next(self) -> _Prepared | None:
+        """The next prepared cell (waiting for it if need be), or None when all are handed out."""
+        with self._lock:
+            if self._left == 0:
+                return None
+            self._left -= 1
+        item = self._ready.get()
+        self._permits.release()  # a slot ahead is free: prepare one more
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """The sweep is stopping: prepare nothing more; close the runners nobody will take."""
+        with self._lock:
+            self._work.clear()
+            self._left = 0
+        while True:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Prepared) and item.runner is not None:
+                item.runner.close()
+
+
 class Sweep:
     def __init__(
         self, plan: SweepPlan, store: ResultStore, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
@@ -170,7 +246,8 @@ class Sweep:
         self._lock = threading.RLock()
         # (module, version of its distribution) found to initialise CUDA at import in one
         # cell's fork server: later cells with that version skip it instead of restarting.
-        self.cuda_culprits: set[tuple[str, str]] = set()
+        # Kept beside the envs, so that the next sweep (a shard, a resumed run) starts with them.
+        self.cuda_culprits: set[tuple[str, str]] = load_culprits(self.env_root / CULPRITS_FILE)
         self.gpu_locks = GpuLocks()
         self.preload_seconds: dict[str, float] = {}  # per preloaded module, summed over cells
 
@@ -189,10 +266,9 @@ class Sweep:
         work = [(cell, todo) for cell in p.cells if (todo := self.todo(cell, done))]
         self.reporter.start(sum(len(t) for _, t in work))
         all_gpus = self.gpu_ids()
-        if p.options.jobs <= 1:
-            produced = [o for cell, todo in work for o in self.run_cell(cell, todo, all_gpus)]
-        else:
-            produced = self._run_parallel(work, all_gpus)
+        jobs = max(1, p.options.jobs)
+        slots = [[all_gpus[k % len(all_gpus)]] if all_gpus else [] for k in range(jobs)] if jobs > 1 else [all_gpus]
+        produced = self._run_jobs(work, slots)
         self.reporter.finish()
         return produced
 
@@ -212,38 +288,57 @@ class Sweep:
             return list(self.plan.options.gpus)
         return [str(i) for i in range(int(self.host.get("gpu_count", 0)))]
 
-    def _run_parallel(self, work: list[tuple[Cell, list[tuple[Scenario, int]]]], all_gpus: list[str]) -> list[Outcome]:
-        """Cells in parallel, one GPU each (round robin). A scenario that needs more GPUs than
-        a job has takes them all for its run (GpuLocks), inside its own cell's turn.
+    def _run_jobs(self, work: list[tuple[Cell, list[tuple[Scenario, int]]]], slots: list[list[str]]) -> list[Outcome]:
+        """Cells in matrix order, a job per slot (one GPU each when there are several jobs).
 
-        Environment builds of one job overlap with scenarios of the others.
+        A scenario that needs more GPUs than its job has takes them all for its run
+        (GpuLocks), inside its own cell's turn. With lookahead, cells are prepared (env
+        build, fork-server preload) while the jobs run others: on a GPU runner a fork
+        server's imports take 12-20 s of CPU that would otherwise leave a GPU idle.
         """
-        jobs = self.plan.options.jobs
-        slots = [[all_gpus[k % len(all_gpus)]] if all_gpus else [] for k in range(jobs)]
-        pending: queue.Queue[tuple[Cell, list[tuple[Scenario, int]]]] = queue.Queue()
-        for item in work:
-            pending.put(item)
         produced: list[Outcome] = []
+        # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
+        # two jobs saw get_config_var("EXE") return None): do it once, before any thread starts.
+        sysconfig.get_config_vars()
+        feed = _Feed(work, self._prepare, len(slots)) if self.plan.options.lookahead else None
+        pending = deque(work)
+        lock = threading.Lock()
+
+        def next_cell() -> _Prepared | None:
+            if feed is not None:
+                return feed.next()
+            with lock:
+                if not pending:
+                    return None
+                cell, todo = pending.popleft()
+            return self._prepare(cell, todo)
 
         def worker(slot: list[str]) -> None:
-            while True:
-                try:
-                    cell, todo = pending.get_nowait()
-                except queue.Empty:
-                    return
-                outcomes = self.run_cell(cell, todo, slot)
+            while (ready := next_cell()) is not None:
+                outcomes = self._run_prepared(ready, slot)
                 with self._lock:
                     produced.extend(outcomes)
 
-        # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
-        # two jobs saw get_config_var("EXE") return None): do it once, before the threads start.
-        sysconfig.get_config_vars()
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(worker, slot) for slot in slots]:
-                future.result()
+        try:
+            if len(slots) == 1:
+                worker(slots[0])  # in this thread, so that Ctrl-C lands where it is handled
+            else:
+                with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+                    for future in [pool.submit(worker, slot) for slot in slots]:
+                        future.result()
+        finally:
+            if feed is not None:
+                feed.close()
         return produced
 
     def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]], gpus: list[str] | None = None) -> list[Outcome]:
+        return self._run_prepared(self._prepare(cell, todo), gpus)
+
+    def _prepare(self, cell: Cell, todo: list[tuple[Scenario, int]]) -> _Prepared:
+        """Build the cell's env and start its fork server: everything before the first scenario.
+
+        Not tied to a job: the GPU a scenario runs on is set per scenario (`_gpus_for`).
+        """
         with self._lock:
             self.reporter.cell_started(cell)
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
@@ -255,15 +350,29 @@ class Sweep:
             self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
             self.reporter.env_built(cell, env)
         if not env.ready:
-            return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in todo]
+            return _Prepared(cell, todo, env, None)
         with self._lock:
             avoid = {m for m in self.settings.preload if (m, _dist_version(m, env.freeze)) in self.cuda_culprits}
+        s = self.settings
+        runner = CellRunner(env.python, isolation=s.isolation, preload=s.preload, env=self._runner_env(), avoid=avoid)
+        try:
+            # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),
+            # unless no scenario can run here at all.
+            if any(not applicability(sc, env.freeze, len(self.gpu_ids())) for sc, _ in todo):
+                runner.start()
+        except BaseException:
+            runner.close()
+            raise
+        self._learn(runner, env)
+        return _Prepared(cell, todo, env, runner)
+
+    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None) -> list[Outcome]:
+        cell, env, runner = ready.cell, ready.env, ready.runner
+        if runner is None:
+            return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in ready.todo]
         outcomes = []
-        settings = self.settings
-        with CellRunner(env.python, isolation=settings.isolation, preload=settings.preload, env=self._job_env(gpus), avoid=avoid) as runner:
-            if any(not applicability(s, env.freeze, len(self.gpu_ids())) for s, _ in todo):
-                runner.start()  # preload now, holding no GPU: a two-GPU scenario must not wait on it
-            for scenario, repeat in todo:
+        with runner:
+            for scenario, repeat in ready.todo:
                 with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
                     outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
                 outcomes.append(self._emit(outcome, cell))
@@ -271,8 +380,16 @@ class Sweep:
                 self.timing["server_start_seconds"] += runner.server_start_seconds
                 for module, seconds in runner.preload_seconds.items():
                     self.preload_seconds[module] = self.preload_seconds.get(module, 0.0) + seconds
-                self.cuda_culprits.update((m, _dist_version(m, env.freeze)) for m in runner.cuda_culprits)
+            self._learn(runner, env)  # a server restarted mid-cell may have found more
         return outcomes
+
+    def _learn(self, runner: CellRunner, env: EnvResult) -> None:
+        """Remember the CUDA culprits at once: the job's next cell is being prepared already."""
+        with self._lock:
+            found = {(m, _dist_version(m, env.freeze)) for m in runner.cuda_culprits} - self.cuda_culprits
+            if found:
+                self.cuda_culprits |= found
+                save_culprits(self.env_root / CULPRITS_FILE, self.cuda_culprits)
 
     @contextmanager
     def _gpus_for(self, scenario: Scenario, gpus: list[str] | None) -> Iterator[tuple[int, dict[str, str]]]:
@@ -284,15 +401,20 @@ class Sweep:
             with self.gpu_locks.exclusive(every):
                 yield len(every), {"CUDA_VISIBLE_DEVICES": ",".join(every)}
         else:
+            narrowed = self.plan.options.jobs > 1 or self.plan.options.gpus is not None
             with self.gpu_locks.shared(gpus[0]):
-                yield len(gpus), {}
+                yield len(gpus), ({"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if narrowed else {})
 
-    def _job_env(self, gpus: list[str] | None) -> dict[str, str]:
-        """What a cell's processes see of the machine when it is shared or narrowed."""
+    def _runner_env(self) -> dict[str, str]:
+        """What a cell's fork server (and so every scenario) sees of the machine.
+
+        The job's own GPU is set per scenario: a cell is prepared before it is known which
+        job, so which GPU, will run it. The server itself never initialises CUDA.
+        """
         env: dict[str, str] = {}
         jobs = self.plan.options.jobs
-        if gpus and (jobs > 1 or self.plan.options.gpus is not None):
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        if self.plan.options.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.plan.options.gpus)
         if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
             # Each torch would start a thread per core: N cells at once would oversubscribe
             # the CPU N times over; tiny models gain nothing from more threads than their share.
@@ -342,6 +464,25 @@ class Sweep:
         outcome.seconds = raw.seconds
         outcome.metrics = raw.metrics
         return outcome
+
+
+CULPRITS_FILE = "cuda-culprits.json"
+
+
+def load_culprits(path: Path) -> set[tuple[str, str]]:
+    """(module, version) pairs an earlier sweep found to initialise CUDA at import; unreadable = none."""
+    try:
+        data = json.loads(path.read_text())
+        return {(str(m), str(v)) for m, v in data}
+    except (OSError, ValueError, TypeError):
+        return set()
+
+
+def save_culprits(path: Path, culprits: set[tuple[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(sorted(culprits | load_culprits(path))))  # keep what a parallel sweep added
+    tmp.replace(path)  # atomic: a parallel sweep on the same env root never reads half a file
 
 
 def _first_cause(message: str) -> str:

@@ -3,53 +3,60 @@
 # Needs .wheelhouse/ from `harness wheelhouse` (it carries uv). Each mode gets its own env
 # root and uv cache, so neither reuses what the other built.
 #
-#   scripts/runner_throughput.sh MATRIX OUTDIR BUDGET_S [ONE_SHARDS]
+#   scripts/runner_throughput.sh MATRIX OUTDIR BUDGET_S [SHARDS]
 #
-# 1. "all": every GPU, --jobs = GPU count, every scenario        -> OUTDIR/all.jsonl
-# 2. "one": --gpus 0 --jobs 1, as shards k/ONE_SHARDS (default 6) -> OUTDIR/one-k.jsonl
-#    A shard starts only if the time left (of BUDGET_S) exceeds the slowest shard so far, so the
-#    command ends inside its limit with whole shards; call again with the same OUTDIR contents
-#    (or pass the shards still to run as SHARDS="3 4") to finish.
-# Each finished part appends "mode part wall_s" to OUTDIR/walls.tsv; then
+# Both modes run the same deterministic shards k/SHARDS (default 3) of the matrix's cells:
+# 1. "all": every GPU, --jobs = GPU count   -> OUTDIR/all-k.jsonl
+# 2. "one": --gpus 0 --jobs 1               -> OUTDIR/one-k.jsonl
+# so shard k covers the same cells in both, and each mode pays the same number of sweep starts.
+# A shard starts only if the time left (of BUDGET_S) exceeds the slowest shard of its mode so
+# far (for "one" at first: the slowest "all" shard x GPUs), so the command ends inside its
+# limit with whole shards. Call again with the same OUTDIR to finish; on a fresh machine, name
+# what is left: MODES=one PARTS="2 3".
+# Each finished shard appends "mode k wall_s" to OUTDIR/walls.tsv; then
 #   python benchmarks/gpu_throughput.py OUTDIR
-# prints the two modes side by side.
+# prints the two modes side by side, shard by shard.
 set -euo pipefail
-matrix=$1 out=$2 budget=$3 nshards=${4:-6}
+matrix=$1 out=$2 budget=$3 nshards=${4:-3}
 start=$SECONDS
 deps=${TMPDIR:-/tmp}/harness-deps
 mkdir -p "$deps" "$out"
+touch "$out/walls.tsv"
 "${PYTHON:-python3}" -m pip install --quiet --no-index --target "$deps" .wheelhouse/uv-*.whl
 export PATH="$deps/bin:$PATH" PYTHONPATH="$deps:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 ngpu=$(nvidia-smi -L | wc -l)
 echo "gpus: $ngpu; cpus: $(nproc)"
+# What bitsandbytes' import runs (`pip list | grep habana...`) if scenarios saw the host's pip
+echo "pip on PATH: $(command -v pip || echo none); 'pip list' lists $(pip list 2>/dev/null | wc -l) lines in $( { TIMEFORMAT=%R; time pip list >/dev/null 2>&1; } 2>&1 ) s"
 
-sweep() {  # mode part db extra-args...
-  local mode=$1 part=$2 db=$3 t0=$EPOCHREALTIME wall
-  shift 3
-  if UV_CACHE_DIR=/tmp/uv-cache-$mode "${PYTHON:-python3}" -m harness sweep --matrix "$matrix" --device cuda --db "$db" \
-    --env-root "/tmp/envs-$mode" --run-id "tp-$(basename "$matrix" .toml)-$mode" --no-progress "$@" > "$out/$mode-$part.log" 2>&1; then
+sweep() {  # mode part extra-args...
+  local mode=$1 part=$2 t0=$EPOCHREALTIME wall
+  shift 2
+  if UV_CACHE_DIR=/tmp/uv-cache-$mode "${PYTHON:-python3}" -m harness sweep --matrix "$matrix" --device cuda \
+    --db "$out/$mode-$part.jsonl" --env-root "/tmp/envs-$mode" --run-id "tp-$(basename "$matrix" .toml)-$mode" \
+    --no-progress --shard "$part/$nshards" "$@" > "$out/$mode-$part.log" 2>&1; then
     wall=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }")
     printf '%s\t%s\t%s\n' "$mode" "$part" "$wall" >> "$out/walls.tsv"
-    echo "$mode $part: $wall s"
+    echo "$mode $part/$nshards: $wall s; $(grep '^time:' "$out/$mode-$part.log" || true)"
   else
     echo "harness exited $? ($mode $part); not timed:"; tail -n 5 "$out/$mode-$part.log"
   fi
 }
 
-if ! grep -q "^all" "$out/walls.tsv" 2>/dev/null; then
-  gpus=$(seq -s, 0 $((ngpu - 1)))
-  sweep all all "$out/all.jsonl" --gpus "$gpus" --jobs "$ngpu"
-fi
-slowest=0
-for k in ${SHARDS:-$(seq 1 "$nshards")}; do
-  grep -q "^one	$k	" "$out/walls.tsv" 2>/dev/null && continue
-  left=$((budget - (SECONDS - start)))
-  if ((left <= slowest + 15)); then
-    echo "stopping before one $k/$nshards: ${left}s left, the slowest shard took ${slowest}s"
-    break
-  fi
-  t0=$SECONDS
-  sweep one "$k" "$out/one-$k.jsonl" --gpus 0 --jobs 1 --shard "$k/$nshards"
-  ((SECONDS - t0 > slowest)) && slowest=$((SECONDS - t0))
+slowest_of() { awk -v m="$1" '$1 == m && $3 > s { s = $3 } END { printf "%d", s }' "$out/walls.tsv"; }
+
+for mode in ${MODES:-all one}; do
+  if [[ $mode == all ]]; then args=(--gpus "$(seq -s, 0 $((ngpu - 1)))" --jobs "$ngpu"); else args=(--gpus 0 --jobs 1); fi
+  for k in ${PARTS:-$(seq 1 "$nshards")}; do
+    grep -q "^$mode	$k	" "$out/walls.tsv" && continue
+    guess=$(slowest_of "$mode")
+    [[ $mode == one && $guess == 0 ]] && guess=$(( $(slowest_of all) * ngpu ))
+    left=$((budget - (SECONDS - start)))
+    if ((left <= guess + 15)); then
+      echo "stopping before $mode $k/$nshards: ${left}s left, a shard may take ${guess}s"
+      break 2
+    fi
+    sweep "$mode" "$k" "${args[@]}"
+  done
 done
 cat "$out/walls.tsv"

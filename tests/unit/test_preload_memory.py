@@ -53,3 +53,17 @@ def test_cuda_runtime_is_read_without_importing_torch(tmp_path) -> None:  # type
     assert probe("cuda: Optional[str] = '13.0'") == "13.0"
     assert probe("cuda = '12.1'") == "12.1"
     assert probe("cuda: Optional[str] = None") == ""
+
+
+def test_culprits_outlive_the_sweep_and_merge_with_a_parallel_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from harness.sweep import load_culprits, save_culprits
+
+    path = tmp_path / "envs" / "cuda-culprits.json"
+    assert load_culprits(path) == set()  # none yet
+    save_culprits(path, {("bitsandbytes", "0.49.2")})
+    # another sweep on the same env root, started before the first saved, adds its own
+    save_culprits(path, {("peft", "0.21.0")})
+    assert load_culprits(path) == {("bitsandbytes", "0.49.2"), ("peft", "0.21.0")}
+    assert [p.name for p in path.parent.iterdir()] == ["cuda-culprits.json"]  # no temp files left
+    path.write_text("{not json")
+    assert load_culprits(path) == set()  # a damaged file costs one restart, not the sweep

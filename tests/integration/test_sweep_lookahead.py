@@ -1,0 +1,165 @@
+"""A job prepares its next cell (env build, fork-server preload) while it still runs one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.envs import EnvResult
+from harness.matrix import Cell
+from harness.outcome import Outcome
+from harness.shardfile import open_store
+from harness.sweep import Sweep, SweepOptions, _Feed, _Prepared, plan
+from tests.integration.test_sweep_light import write_matrix
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def _add(self, kind: str, cell: Cell) -> None:
+        with self._lock:
+            self.events.append((kind, cell.id))
+
+    def start(self, total: int) -> None: ...
+    def cell_started(self, cell: Cell) -> None:
+        self._add("started", cell)
+
+    def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def outcome(self, outcome: Outcome, cell: Cell) -> None:
+        self._add("outcome", cell)
+
+    def finish(self) -> None: ...
+
+
+@pytest.mark.parametrize("lookahead", [True, False])
+def test_the_next_cell_is_prepared_while_this_one_runs(tmp_path: Path, env_root: Path, lookahead: bool) -> None:
+    matrix = write_matrix(tmp_path / "m.toml", ["23.2", "24.0", "24.1"])
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\ntime.sleep(1.5)\nprint('done')\n")
+    options = SweepOptions(matrix=matrix, db=tmp_path / "out.jsonl", scenarios=[str(slow)], env_root=env_root)
+    options.lookahead = lookahead
+    recorder = Recorder()
+    with open_store(options.db) as store:
+        outcomes = Sweep(plan(options), store, recorder).run()
+    assert [o.status.value for o in outcomes] == ["pass"] * 3
+    cells = [cell for kind, cell in recorder.events if kind == "started"]
+    assert len(cells) == 3
+    # with lookahead, cell k+1 starts (is prepared) before cell k's only scenario has finished;
+    # without (--no-lookahead), only after
+    for k in range(2):
+        before = recorder.events.index(("started", cells[k + 1])) < recorder.events.index(("outcome", cells[k]))
+        assert before is lookahead
+    # and outcomes still come in cell order
+    assert [cell for kind, cell in recorder.events if kind == "outcome"] == cells
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _prepared(name: str) -> _Prepared:
+    return _Prepared(cell=name, todo=[], env=None, runner=FakeRunner())  # type: ignore[arg-type]
+
+
+def test_the_feed_prepares_ahead_in_order_but_never_more_than_ahead() -> None:
+    started: list[str] = []
+    most = [0]
+    taken = [0]
+
+    def prepare(cell: str, todo: list) -> _Prepared:  # type: ignore[type-arg]
+        started.append(cell)
+        most[0] = max(most[0], len(started) - taken[0])
+        return _prepared(cell)
+
+    feed = _Feed([(c, []) for c in "abcde"], prepare, ahead=1)  # type: ignore[misc]
+    got = []
+    while (item := feed.next()) is not None:
+        time.sleep(0.05)  # "running" the cell: the next one is prepared meanwhile
+        assert started[-1] == min("e", chr(ord(item.cell) + 1))  # type: ignore[arg-type]
+        taken[0] += 1
+        got.append(item.cell)
+    assert got == list("abcde") and started == list("abcde")
+    assert most[0] <= 2  # the one running and at most one prepared ahead
+
+
+def test_any_job_takes_the_next_prepared_cell() -> None:
+    # two jobs; whichever asks first gets the next cell: a prepared cell is never bound to a
+    # job that is still busy while another sits idle
+    feed = _Feed([(c, []) for c in "abc"], lambda cell, todo: _prepared(cell), ahead=2)  # type: ignore[misc]
+    first, second = feed.next(), feed.next()
+    assert {first.cell, second.cell} == {"a", "b"}  # type: ignore[union-attr]
+    third: list[object] = []
+    t = threading.Thread(target=lambda: third.append(feed.next()))
+    t.start()
+    t.join(5)
+    assert third and third[0].cell == "c"  # type: ignore[attr-defined]
+    assert feed.next() is None
+
+
+def test_a_failed_preparation_reaches_the_job_and_close_frees_what_is_left() -> None:
+    made: dict[str, _Prepared] = {}
+
+    def prepare(cell: str, todo: list) -> _Prepared:  # type: ignore[type-arg]
+        if cell == "b":
+            raise RuntimeError("the fork server did not start")
+        made[cell] = _prepared(cell)
+        return made[cell]
+
+    feed = _Feed([(c, []) for c in "abc"], prepare, ahead=1)  # type: ignore[misc]
+    assert feed.next() is made["a"]
+    with pytest.raises(RuntimeError, match="fork server"):
+        feed.next()
+    for _ in range(100):  # "c" is prepared ahead, in the background
+        if "c" in made:
+            break
+        time.sleep(0.02)
+    time.sleep(0.1)
+    feed.close()  # the sweep stops: nobody will take "c"
+    assert feed.next() is None
+    assert made["c"].runner.closed  # type: ignore[union-attr]
+    assert not made["a"].runner.closed  # type: ignore[union-attr]  # taken: its job closes it
+
+
+FAKE_TORCH = "import types\ncuda = types.SimpleNamespace(is_initialized=lambda: False)\n"
+# "initialises CUDA" at import, as bitsandbytes does on a GPU; counts its imports in a file
+GREEDY = """
+import os, torch
+with open(os.environ["GREEDY_LOG"], "a") as log:
+    log.write("imported\\n")
+torch.cuda.is_initialized = lambda: True
+"""
+
+
+def test_cuda_culprits_are_remembered_across_cells_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text(FAKE_TORCH)
+    (fake / "greedy_lib.py").write_text(GREEDY)
+    log = tmp_path / "greedy.log"
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setenv("GREEDY_LOG", str(log))
+    matrix = write_matrix(tmp_path / "m.toml", ["23.2", "24.0"])
+    matrix.write_text(matrix.read_text().replace("preload = []", 'preload = ["torch", "greedy_lib"]'))
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys\nassert 'greedy_lib' not in sys.modules\n")
+    env_root = tmp_path / "envs"
+
+    def sweep(run_id: str) -> list[str]:
+        options = SweepOptions(matrix=matrix, db=tmp_path / f"{run_id}.jsonl", scenarios=[str(probe)], env_root=env_root, run_id=run_id)
+        with open_store(options.db) as store:
+            return [o.status.value for o in Sweep(plan(options), store).run()]
+
+    assert sweep("first") == ["pass", "pass"]
+    # found once, in the first cell's server; the second cell never tried it
+    assert log.read_text().count("imported") == 1
+    assert sweep("second") == ["pass", "pass"]
+    assert log.read_text().count("imported") == 1  # the next sweep on this env root knew already
