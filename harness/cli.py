@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness import __version__
 from harness.catalog import select
 from harness.envs import EnvResult
-from harness.errors import EXIT_OK, BadInput, HarnessError
+from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
 from harness.shardfile import open_store
@@ -657,8 +658,19 @@ COMMANDS = {
 }
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's time limit, `timeout`, a cancelled CI job), raised in the main thread."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The same orderly stop as Ctrl-C: running scenarios are killed (they live in their own
+    # sessions, which the scheduler's signal does not reach) and nothing half-done is stored.
+    signal.signal(signal.SIGTERM, _terminate)
     # Piped output (CI logs, files) gets a wide table rather than rich's 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 200)
     try:
@@ -666,9 +678,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("harness: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("harness: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

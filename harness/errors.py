@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-#: Exit codes. Bad input is 2 (nothing was written); a run that could not finish is 1.
+#: Exit codes. Bad input is 2 (nothing was written); a run that could not finish is 1; a run
+#: stopped by Ctrl-C is 130 and by SIGTERM 143 (the shell's 128 + signal; rerun to resume).
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 class HarnessError(Exception):

@@ -157,6 +157,7 @@ class CellRunner:
         self.cuda_initialized_by = ""
         self.cuda_culprits: list[str] = []
         self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
+        self._running: int | None = None  # the scenario process (group) running now, if any
 
     def __enter__(self) -> CellRunner:
         return self
@@ -165,8 +166,16 @@ class CellRunner:
         self.close()
 
     def close(self) -> None:
+        self.kill_running()  # a sweep stopped mid-scenario (SIGTERM, Ctrl-C, an error)
         self._stop_server()
         self._tmp.cleanup()
+
+    def kill_running(self) -> None:
+        """Kill the scenario running now, with its process group: it lives in its own session,
+        so a signal to the sweep's group does not reach it."""
+        pid, self._running = self._running, None
+        if pid is not None:
+            kill_group(pid)
 
     def start(self) -> None:
         """Start the fork server now (preloading), rather than at the first scenario."""
@@ -257,7 +266,9 @@ class CellRunner:
         if hello is None or "pid" not in hello:
             self._stop_server()
             return None, signal.SIGKILL, False
+        self._running = hello["pid"]
         answer = self._read_line(timeout)
+        self._running = None
         if answer is None:
             kill_group(hello["pid"])
             answer = self._read_line(30)
@@ -279,9 +290,12 @@ class CellRunner:
                 start_new_session=True,
                 cwd=self.tmp,
             )
+            self._running = proc.pid
             try:
                 code = proc.wait(timeout=timeout)
+                self._running = None
             except subprocess.TimeoutExpired:
+                self._running = None
                 kill_group(proc.pid, alive=lambda: proc.poll() is None)
                 proc.wait()
                 return None, None, True

@@ -186,6 +186,7 @@ class _Feed:
         self._ready: queue.Queue[_Prepared | BaseException] = queue.Queue()
         self._permits = threading.Semaphore(ahead)
         self._lock = threading.Lock()
+        self._closed = False
         for _ in range(min(ahead, len(work))):
             threading.Thread(target=self._loop, daemon=True).start()
 
@@ -208,7 +209,13 @@ class _Feed:
             if self._left == 0:
                 return None
             self._left -= 1
-        item = self._ready.get()
+        while True:
+            try:
+                item = self._ready.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if self._closed:  # the sweep stopped while this job waited for a cell
+                    return None
         self._permits.release()  # a slot ahead is free: prepare one more
         if isinstance(item, BaseException):
             raise item
@@ -219,6 +226,7 @@ class _Feed:
         with self._lock:
             self._work.clear()
             self._left = 0
+            self._closed = True
         while True:
             try:
                 item = self._ready.get_nowait()
@@ -250,6 +258,8 @@ class Sweep:
         self.cuda_culprits: set[tuple[str, str]] = load_culprits(self.env_root / CULPRITS_FILE)
         self.gpu_locks = GpuLocks()
         self.preload_seconds: dict[str, float] = {}  # per preloaded module, summed over cells
+        self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
+        self._active: set[CellRunner] = set()
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -314,22 +324,35 @@ class Sweep:
             return self._prepare(cell, todo)
 
         def worker(slot: list[str]) -> None:
-            while (ready := next_cell()) is not None:
+            while not self._stopping.is_set() and (ready := next_cell()) is not None:
                 outcomes = self._run_prepared(ready, slot)
                 with self._lock:
                     produced.extend(outcomes)
 
+        pool = ThreadPoolExecutor(max_workers=len(slots)) if len(slots) > 1 else None
         try:
-            if len(slots) == 1:
-                worker(slots[0])  # in this thread, so that Ctrl-C lands where it is handled
+            if pool is None:
+                worker(slots[0])  # in this thread, so that Ctrl-C and SIGTERM land where they are handled
             else:
-                with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-                    for future in [pool.submit(worker, slot) for slot in slots]:
-                        future.result()
+                for future in [pool.submit(worker, slot) for slot in slots]:
+                    future.result()
+        except BaseException:
+            self.stop()
+            raise
         finally:
             if feed is not None:
                 feed.close()
+            if pool is not None:
+                pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
         return produced
+
+    def stop(self) -> None:
+        """Stop the sweep now: no new scenario starts, and those running are killed (not stored)."""
+        self._stopping.set()
+        with self._lock:
+            active = list(self._active)
+        for runner in active:
+            runner.kill_running()
 
     def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]], gpus: list[str] | None = None) -> list[Outcome]:
         return self._run_prepared(self._prepare(cell, todo), gpus)
@@ -372,10 +395,20 @@ class Sweep:
             return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in ready.todo]
         outcomes = []
         with runner:
-            for scenario, repeat in ready.todo:
-                with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
-                    outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
-                outcomes.append(self._emit(outcome, cell))
+            with self._lock:
+                self._active.add(runner)
+            try:
+                for scenario, repeat in ready.todo:
+                    if self._stopping.is_set():
+                        break
+                    with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
+                        outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
+                    if self._stopping.is_set():
+                        break  # killed by the stop: not an outcome; the rerun runs it again
+                    outcomes.append(self._emit(outcome, cell))
+            finally:
+                with self._lock:
+                    self._active.discard(runner)
             with self._lock:
                 self.timing["server_start_seconds"] += runner.server_start_seconds
                 for module, seconds in runner.preload_seconds.items():
