@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.envs import uv_binary
+
 CHILD = Path(__file__).with_name("child.py")
 KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 OUTPUT_TAIL_BYTES = 16 * 1024
@@ -113,8 +115,6 @@ def activation(python: str, tools: Path, path: str) -> dict[str, str]:
     entries = [str(bin_dir)]
     if not (bin_dir / "pip").exists():
         try:
-            from harness.envs import uv_binary
-
             uv = uv_binary()
         except FileNotFoundError:
             uv = ""

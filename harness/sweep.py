@@ -171,7 +171,8 @@ class _Feed:
     `ahead` background threads keep at most `ahead` cells prepared or being prepared beyond
     those running, so a job that finishes a cell finds the next one ready, whichever job
     that is: no job idles on imports while another holds a prepared cell. Threads are
-    daemons: Ctrl-C during a long env build must not wait on it.
+    daemons: Ctrl-C during a long env build must not wait on it. With `ahead` 0
+    (--no-lookahead) the job that asks prepares its cell itself.
     """
 
     def __init__(
@@ -187,6 +188,7 @@ class _Feed:
         self._permits = threading.Semaphore(ahead)
         self._lock = threading.Lock()
         self._closed = False
+        self._ahead = ahead
         for _ in range(min(ahead, len(work))):
             threading.Thread(target=self._loop, daemon=True).start()
 
@@ -209,6 +211,10 @@ class _Feed:
             if self._left == 0:
                 return None
             self._left -= 1
+            if not self._ahead:
+                cell, todo = self._work.popleft()
+        if not self._ahead:
+            return self._prepare(cell, todo)
         while True:
             try:
                 item = self._ready.get(timeout=0.2)
@@ -310,21 +316,10 @@ class Sweep:
         # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
         # two jobs saw get_config_var("EXE") return None): do it once, before any thread starts.
         sysconfig.get_config_vars()
-        feed = _Feed(work, self._prepare, len(slots)) if self.plan.options.lookahead else None
-        pending = deque(work)
-        lock = threading.Lock()
-
-        def next_cell() -> _Prepared | None:
-            if feed is not None:
-                return feed.next()
-            with lock:
-                if not pending:
-                    return None
-                cell, todo = pending.popleft()
-            return self._prepare(cell, todo)
+        feed = _Feed(work, self._prepare, len(slots) if self.plan.options.lookahead else 0)
 
         def worker(slot: list[str]) -> None:
-            while not self._stopping.is_set() and (ready := next_cell()) is not None:
+            while not self._stopping.is_set() and (ready := feed.next()) is not None:
                 outcomes = self._run_prepared(ready, slot)
                 with self._lock:
                     produced.extend(outcomes)
@@ -340,8 +335,7 @@ class Sweep:
             self.stop()
             raise
         finally:
-            if feed is not None:
-                feed.close()
+            feed.close()
             if pool is not None:
                 pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
         return produced
