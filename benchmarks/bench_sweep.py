@@ -45,7 +45,7 @@ from pathlib import Path
 
 import duckdb
 
-from harness.catalog import SCENARIO_DIR, available
+from harness.scenarios import SCENARIO_DIR, available
 
 AXES: dict[str, list[str]] = {
     "torch": ["2.13.0"],

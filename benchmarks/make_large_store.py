@@ -31,7 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.attribution import attribute, seen_versions, to_rows
+from harness import queries
+from harness.analysis.attribution import attribute, seen_versions, to_rows
 from harness.outcome import CellRecord
 from harness.store import Store
 
@@ -390,10 +391,10 @@ def generate(out: Path, total: int, seed: int) -> dict[str, Any]:
         # Bisection rows first, so that cutting at `total` keeps them and the count stays exact.
         rows = (_bisections(store, rng, start + timedelta(days=n_runs * 11)) + rows)[:total]
         _insert(store, rows)
-        stored = store.outcomes()
+        stored = queries.outcome_rows(store)
         result = attribute(stored, known_versions=seen_versions(stored))
         written = store.replace_transitions(to_rows(result))
-        count = store.count("outcomes")
+        count = queries.row_count(store, "outcomes")
     return {"outcomes": count, "runs": n_runs, "transitions": written, "cells": len(cells), "scenarios": len(SCENARIOS)}
 
 

@@ -18,14 +18,20 @@ import atexit
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import streamlit as st
 
 from dashboard import logic
+from harness import queries
 from harness.store import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+#: A read of a results file: `queries.<function>`, or any function whose first argument is the Store.
+Read = Callable[Concatenate[Store, P], R]
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DB = REPO / "results" / "default.duckdb"
@@ -91,13 +97,13 @@ class _Held:
         self.stores: dict[str, Store] = {}
         self.timers: dict[str, threading.Timer] = {}
 
-    def call(self, path: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(self, path: str, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with self.lock:
             store = self.stores.get(path)
             if store is None:
                 store = self.stores[path] = Store(path, read_only=True)
             try:
-                return getattr(store, method)(*args, **kwargs)
+                return read(store, *args, **kwargs)
             finally:
                 if path in self.timers:
                     self.timers.pop(path).cancel()
@@ -123,25 +129,33 @@ _held = _Held()
 atexit.register(_held.close_all)  # a connection left to the interpreter's teardown makes DuckDB complain
 
 
-def _call(path: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call(path: str, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if CONNECTION == "held":
-        return _held.call(path, method, args, kwargs)
+        return _held.call(path, read, args, kwargs)
     if CONNECTION == "cached":
         store, lock = _shared_store(path)
         with lock:
-            return getattr(store, method)(*args, **kwargs)
+            return read(store, *args, **kwargs)
     with Store(path, read_only=True) as store:
-        return getattr(store, method)(*args, **kwargs)
+        return read(store, *args, **kwargs)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cached(version: tuple[str, int, int, int, int], method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _call(version[0], method, args, kwargs)
+def _cached(
+    version: tuple[str, int, int, int, int], name: str, _read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    # `name` keys the cache; `_read` (not hashed: a leading underscore) is the function itself.
+    return _call(version[0], _read, args, kwargs)
 
 
-def query(method: str, *args: Any, **kwargs: Any) -> Any:
-    """`Store(db, read_only=True).<method>(*args, **kwargs)`, cached until the file changes."""
-    return _cached(file_version(db_path()), method, args, kwargs)
+def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`read(Store(db, read_only=True), *args, **kwargs)`, cached until the file changes.
+
+    `read` is a function object (`queries.facets`, `pinning.pin_from_store`), not a name: a
+    renamed read breaks at import and under mypy, not while a page is drawn.
+    """
+    name = f"{read.__module__}.{read.__qualname__}"
+    return _cached(file_version(db_path()), name, read, args, kwargs)  # type: ignore[no-any-return]
 
 
 def version() -> tuple[str, int, int, int, int]:
@@ -153,7 +167,7 @@ def data_banner() -> dict[str, Any]:
     """Say which data is on screen (and stop with the reason when it cannot be read)."""
     path = db_path()
     try:
-        overview = query("dashboard_overview")
+        overview = query(queries.overview)
     except Exception as exc:  # StoreError (no such file, not DuckDB), or DuckDB's lock while a sweep writes
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "lock" in first.lower():
@@ -224,7 +238,7 @@ def filters(facets: dict[str, list[str]], *, scenario: bool = True) -> dict[str,
     chosen: dict[str, list[str]] = {}
     axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
     for axis in axes:
-        chosen[axis] = multiselect(axis, logic.sort_versions(facets[axis]), f"f_{axis}", where=side)
+        chosen[axis] = multiselect(axis, logic.sort_values(facets[axis]), f"f_{axis}", where=side)
     if scenario:
         chosen["scenario"] = multiselect("scenario", facets["scenario"], "f_scenario", where=side)
     chosen["gpu"] = multiselect("GPU", facets["gpu"], "f_gpu", where=side, help="`cpu` for runs on machines without a GPU")

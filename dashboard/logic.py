@@ -1,8 +1,11 @@
 """What the pages compute from query results: pure functions, no Streamlit, tested on their own.
 
+Statuses, versions and answers come from `harness.analysis` (the one home the CLI uses too);
+this module only shapes them for the pages.
+
 >>> fold({"pass": 2, "error": 1})
 'error 1/3 mixed'
->>> sorted(["5.10.4", "5.6.2", "git+https://x@main"], key=version_key)
+>>> sort_values(["5.10.4", "5.6.2", "git+https://x@main"])
 ['5.6.2', '5.10.4', 'git+https://x@main']
 """
 
@@ -11,18 +14,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
 import pandas as pd
-from packaging.version import InvalidVersion, Version
 
-from harness.store import AXIS_COLUMNS
+from harness.analysis.attribution import Transition
+from harness.analysis.rows import AXIS_ORDER, axis_sort, distance
+from harness.analysis.status import SEVERITY, fold, status_of
+from harness.analysis.versions import sort_values, version_key
 
-#: Statuses from worst to mildest, for folding repeats: the worst failure names a mixed cell.
-SEVERITY = ("crash", "oom", "error", "fail", "timeout", "install_failed", "unresolvable", "not_applicable", "pass")
-FAILURES = frozenset({"fail", "error", "crash", "timeout", "oom"})
+__all__ = ["SEVERITY", "fold", "sort_values", "status_of", "version_key"]
 
 #: Background colours of the heatmap, one per status (and one for mixed cells: some repeats passed).
 COLOURS = {
@@ -32,6 +34,7 @@ COLOURS = {
     "crash": "#ce93d8",
     "oom": "#ba68c8",
     "timeout": "#ffcc80",
+    "inconclusive": "#90caf9",
     "unresolvable": "#cfd8dc",
     "install_failed": "#b0bec5",
     "not_applicable": "#eceff1",
@@ -40,54 +43,9 @@ COLOURS = {
 KIND_COLOURS = {"introduced": "#d32f2f", "fixed": "#388e3c", "flaky": "#f9a825"}
 
 
-@lru_cache(maxsize=65536)
-def version_key(value: str | None) -> tuple[Any, ...]:
-    """Releases by `packaging.version.Version`, then anything else (git, path, inherit) by text."""
-    if value is None:
-        return (2, "")
-    try:
-        return (0, Version(value), "")
-    except InvalidVersion:
-        return (1, Version("0"), value)
-
-
-def sort_versions(values: Iterable[str]) -> list[str]:
-    return sorted(set(values), key=version_key)
-
-
 def axis_order(axes: Iterable[str]) -> list[str]:
     """The five axes in reading order, then any other axis by name."""
-    return sorted(set(axes), key=lambda a: (AXIS_COLUMNS.index(a) if a in AXIS_COLUMNS else len(AXIS_COLUMNS), a))
-
-
-# -- the matrix ------------------------------------------------------------------------------
-def fold(counts: Mapping[str, int]) -> str:
-    """One word for the repeats (over runs) of a scenario in a cell.
-
-    Not-applicable outcomes beside applicable ones (a GPU scenario on a CPU run and on a GPU
-    run) say nothing and are dropped. A mixture names its worst status and how often it
-    happened; with passes among them it is `mixed`: flaky repeats, or runs that disagree
-    (two GPUs, say: "one row per cell and GPU" on the Matrix page tells which).
-
-    >>> fold({"pass": 3}), fold({"not_applicable": 1, "pass": 1}), fold({"error": 2, "fail": 1})
-    ('pass', 'pass', 'error 2/3')
-    """
-    present = {s: n for s, n in counts.items() if n}
-    if len(present) > 1:
-        present.pop("not_applicable", None)
-    if not present:
-        return ""
-    if len(present) == 1:
-        return next(iter(present))
-    total = sum(present.values())
-    worst = next(s for s in SEVERITY if s in present)
-    word = f"{worst} {present[worst]}/{total}"
-    return f"{word} mixed" if "pass" in present else word
-
-
-def status_of(word: str) -> str:
-    """The colour key of a folded word: its status, or `mixed`."""
-    return "mixed" if word.endswith("mixed") else (word.split()[0] if word else "")
+    return axis_sort(axes)
 
 
 def colour_of(word: str) -> str:
@@ -127,7 +85,7 @@ def build_matrix(counts: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[st
     axes_of: dict[str, dict[str, str]] = {}
     for cell in cells:
         versions = {a: str(v) for a, v in (cell.get("versions") or {}).items()}
-        versions.update({a: str(cell[a]) for a in AXIS_COLUMNS if cell.get(a)})
+        versions.update({a: str(cell[a]) for a in AXIS_ORDER if cell.get(a)})
         axes_of[str(cell["cell_id"])] = versions
     axes = tuple(axis_order({a for v in axes_of.values() for a in v}))
     scenarios = tuple(sorted({str(r["scenario"]) for r in counts}))
@@ -170,18 +128,46 @@ def selected_cell(matrix: Matrix, selection: Mapping[str, Any] | None) -> tuple[
 
 
 # -- failures --------------------------------------------------------------------------------
+def answer_text(row: Mapping[str, Any]) -> str:
+    """A stored transition group's answer without its verb: `accelerate 1.14.0 (after 1.13.0)`, or
+    `between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0` (the CLI's words)."""
+    headline = Transition.from_dict(row).headline()
+    return headline.split(" ", 1)[1].removeprefix("in ")
+
+
 def transition_columns(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """signature -> {"introduced": "accelerate 1.13.0; transformers 5.6.0", "fixed": ..., "flaky": "3 cells"}
-    from `Store.dashboard_transition_summary` rows."""
+    """signature -> {"introduced": …, "fixed": …, "machine": …, "flaky": "3 cell(s)"} from
+    `queries.transition_summary` rows, in the words the CLI prints; the machine each holds on
+    is named when the file holds more than one."""
+    machines = {str(r.get("machine") or "") for r in summary if r.get("kind") in ("introduced", "fixed")}
     out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for row in summary:
         kind = str(row["kind"])
         if kind == "flaky":
-            out[row["signature"]]["flaky"].append(f"{row['transitions']} cell(s)")
-            continue
-        versions = ", ".join(sort_versions(str(v) for v in row.get("versions") or [] if v))
-        out[row["signature"]][kind].append(f"{row['axis']} {versions}")
-    return {sig: {kind: "; ".join(parts) for kind, parts in kinds.items()} for sig, kinds in out.items()}
+            out[row["signature"]]["flaky"].append(f"{row['lines']} cell(s)")
+        elif kind == "machine":
+            out[row["signature"]]["machine"].append(str(row.get("description") or "").split(" — with ")[0])
+        else:
+            where = f" on {row['machine']}" if len(machines) > 1 and row.get("machine") else ""
+            lines = f" ({row['lines']} lines)" if int(row.get("lines") or 1) > 1 else ""
+            out[row["signature"]][kind].append(answer_text(row) + where + lines)
+    return {sig: {kind: "; ".join(dict.fromkeys(parts)) for kind, parts in kinds.items()} for sig, kinds in out.items()}
+
+
+FAILURE_COLUMNS = [
+    "signature",
+    "blames",
+    "status",
+    "cells",
+    "outcomes",
+    "introduced in",
+    "fixed in",
+    "machine difference",
+    "flaky",
+    "scenarios",
+    "runs",
+    "last seen",
+]
 
 
 def failures_frame(failures: Sequence[Mapping[str, Any]], summary: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -199,61 +185,55 @@ def failures_frame(failures: Sequence[Mapping[str, Any]], summary: Sequence[Mapp
                 "outcomes": int(row["outcomes"]),
                 "introduced in": found.get("introduced", ""),
                 "fixed in": found.get("fixed", ""),
+                "machine difference": found.get("machine", ""),
                 "flaky": found.get("flaky", ""),
                 "scenarios": ", ".join(row.get("scenarios") or []),
                 "runs": int(row["runs"]),
                 "last seen": row.get("last_seen"),
             }
         )
-    return pd.DataFrame.from_records(
-        records,
-        columns=[
-            "signature",
-            "blames",
-            "status",
-            "cells",
-            "outcomes",
-            "introduced in",
-            "fixed in",
-            "flaky",
-            "scenarios",
-            "runs",
-            "last seen",
-        ],
-    )
+    return pd.DataFrame.from_records(records, columns=FAILURE_COLUMNS)
 
 
 def timeline(transitions: Sequence[Mapping[str, Any]], known: Mapping[str, Sequence[str]]) -> dict[str, pd.DataFrame]:
-    """axis -> points for the version timeline of one signature: where it was introduced or fixed.
+    """axis -> marks for the version timeline of one signature: where it was introduced or fixed.
 
-    One row per (axis, kind, version) with how many lines (held versions) saw it and the
-    range it may lie in; `order` is the version's place among the axis's known versions.
+    One row per (axis, kind, before, after, exact): an exact answer is a point at `after`; a
+    range spans `before`..`after` (`order_from`..`order`), so the chart never shows a range as
+    a release. `order` is a version's place among the axis's known versions.
     """
-    points: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for t in transitions:
-        if t.get("kind") == "flaky" or not t.get("axis"):
+    marks: dict[tuple[str, str, str, str, bool], dict[str, Any]] = {}
+    for row in transitions:
+        if row.get("kind") not in ("introduced", "fixed") or not row.get("axis"):
             continue
-        key = (str(t["axis"]), str(t["kind"]), str(t["after"]))
-        point = points.setdefault(key, {"axis": key[0], "kind": key[1], "version": key[2], "lines": 0, "from": set(), "scenarios": set()})
-        point["lines"] += 1
-        point["from"].add(str(t.get("before") or ""))
-        point["scenarios"].add(str(t.get("scenario") or ""))
+        t = Transition.from_dict(row)
+        key = (t.axis, t.kind, t.before, t.after, t.exact)
+        mark = marks.setdefault(
+            key,
+            {"axis": t.axis, "kind": t.kind, "before": t.before, "version": t.after, "exact": t.exact, "lines": 0, "scenarios": set()},
+        )
+        mark["lines"] += 1
+        mark["scenarios"].add(t.scenario)
+        mark["answer"] = t.headline()
     out: dict[str, pd.DataFrame] = {}
-    for axis in axis_order({k[0] for k in points}):
-        versions = sort_versions([*known.get(axis, []), *(p["version"] for k, p in points.items() if k[0] == axis)])
+    for axis in axis_order({k[0] for k in marks}):
+        versions = sort_values([*known.get(axis, []), *(v for k, m in marks.items() if k[0] == axis for v in (m["before"], m["version"]))])
         rows = []
-        for (a, _, _), p in sorted(points.items()):
-            if a != axis:
+        for key, m in sorted(marks.items()):
+            if key[0] != axis:
                 continue
             rows.append(
                 {
                     "axis": axis,
-                    "kind": p["kind"],
-                    "version": p["version"],
-                    "order": versions.index(p["version"]),
-                    "lines": p["lines"],
-                    "after": ", ".join(sort_versions(v for v in p["from"] if v)),
-                    "scenarios": ", ".join(sorted(p["scenarios"])),
+                    "kind": m["kind"],
+                    "version": m["version"],
+                    "before": m["before"],
+                    "exact": m["exact"],
+                    "order": versions.index(m["version"]),
+                    "order_from": versions.index(m["before"]) if m["before"] in versions else versions.index(m["version"]),
+                    "lines": m["lines"],
+                    "answer": m["answer"],
+                    "scenarios": ", ".join(sorted(m["scenarios"])),
                 }
             )
         frame = pd.DataFrame(rows)
@@ -377,10 +357,10 @@ def nearest_cell(cell_id: str, cells: Sequence[Mapping[str, Any]]) -> str:
     """The cell that differs from `cell_id` in the fewest axes (a natural thing to compare with)."""
 
     def axes(c: Mapping[str, Any]) -> dict[str, str]:
-        return {a: str(c.get(a) or "") for a in AXIS_COLUMNS}
+        return {a: str(c.get(a) or "") for a in AXIS_ORDER}
 
     mine = next((axes(c) for c in cells if c["cell_id"] == cell_id), None)
     others = [c for c in cells if c["cell_id"] != cell_id]
     if mine is None or not others:
         return others[0]["cell_id"] if others else cell_id
-    return str(min(others, key=lambda c: (sum(mine[a] != v for a, v in axes(c).items()), str(c["cell_id"])))["cell_id"])
+    return str(min(others, key=lambda c: (distance(mine, axes(c)), str(c["cell_id"])))["cell_id"])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -51,6 +52,25 @@ class Release:
     version: Version
     upload_time: datetime | None = None
     yanked: bool = False
+    files: list[str] = field(default_factory=list)  # wheel and sdist file names, to tell which Python and platform can install it
+
+    def installable(self, tags: frozenset[Tag] | None) -> bool:
+        """Has a file this interpreter can install: an sdist (it may build) or a wheel with a supported tag.
+
+        `tags` None: any file will do (nothing is known of the target). A release listed with no
+        file names (an older cache) counts as installable.
+        """
+        if tags is None or not self.files:
+            return True
+        for name in self.files:
+            if not name.endswith(".whl"):
+                return True
+            try:
+                if parse_wheel_filename(name)[3] & tags:
+                    return True
+            except InvalidWheelFilename:
+                continue
+        return False
 
 
 @dataclass
@@ -81,7 +101,7 @@ class PackageIndex:
             for file in path.iterdir():
                 version = _version_from_filename(file.name, name)
                 if version is not None:
-                    found.setdefault(version.public, Release(Version(version.public)))
+                    found.setdefault(version.public, Release(Version(version.public))).files.append(file.name)
         return found
 
     def _from_index(self, name: str) -> dict[str, Release]:
@@ -98,6 +118,7 @@ class PackageIndex:
             if uploaded and (release.upload_time is None or uploaded < release.upload_time):
                 release.upload_time = uploaded
             release.yanked = release.yanked and bool(file.get("yanked"))
+            release.files.append(str(file.get("filename", "")))
         return by_version
 
     def _cached_fetch(self, name: str) -> dict[str, Any]:
@@ -337,3 +358,46 @@ def period_date(cell: Cell, index: PackageIndex) -> datetime | None:
         if release and release.upload_time:
             times.append(release.upload_time)
     return max(times) if times else None
+
+
+# -- the releases between tested versions -----------------------------------------------------
+def python_version_of(python: str) -> tuple[int, int] | None:
+    """(3, 11) for a matrix's `python` setting: a version, or a path to an interpreter (asked)."""
+    match = re.match(r"^(\d+)\.(\d+)", python)
+    if match and os.path.sep not in python:
+        return int(match.group(1)), int(match.group(2))
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    parts = proc.stdout.split()
+    return (int(parts[0]), int(parts[1])) if proc.returncode == 0 and len(parts) == 2 else None
+
+
+def install_tags(python: tuple[int, int] | None) -> frozenset[Tag] | None:
+    """The wheel tags a CPython of that version on this machine's platform accepts (None: unknown)."""
+    if python is None:
+        return None
+    platforms = list(platform_tags())
+    return frozenset([*cpython_tags(python, platforms=platforms), *compatible_tags(python, platforms=platforms)])
+
+
+def listed_releases(
+    index: PackageIndex, package: str, tags: frozenset[Tag] | None, exclude_newer: datetime | None = None
+) -> list[Release]:
+    """Final, non-yanked releases of `package` that the index (and find-links) offer and that can be
+    installed with `tags`, uploaded before `exclude_newer` when given; oldest first.
+
+    These are the candidates a range between two tested versions is made of, and what
+    refinement builds: a release that exists but cannot be installed here is not one.
+    """
+    found = []
+    for release in index.releases(package).values():
+        version = release.version
+        if release.yanked or version.is_prerelease or version.is_devrelease:
+            continue
+        if exclude_newer is not None and release.upload_time is not None and release.upload_time > exclude_newer:
+            continue
+        if release.installable(tags):
+            found.append(release)
+    return sorted(found, key=lambda r: r.version)

@@ -33,6 +33,7 @@ NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 STATUS_BY_CLASS = {
     "ScenarioFailed": "fail",
     "NotApplicable": "not_applicable",
+    "Inconclusive": "inconclusive",
     "MemoryError": "oom",
     "OutOfMemoryError": "oom",
 }

@@ -13,12 +13,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__
-from harness.catalog import select
+from harness.analysis.attribution import attribute
 from harness.envs import EnvResult
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
-from harness.shardfile import open_store
+from harness.scenarios import select
+from harness.shardfile import known_releases, open_store, outcome_rows
 from harness.summary import render
 
 DEFAULT_MATRIX = Path("matrix.toml")
@@ -110,14 +111,15 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             )
         sweep = Sweep(sweep_plan, store, reporter)
         produced = sweep.run()
-        rows = [r for r in store.outcomes(sweep_plan.run_id) if r["cell_id"] in {c.id for c in sweep_plan.cells}]
+        rows = [r for r in outcome_rows(store, sweep_plan.run_id) if r["cell_id"] in {c.id for c in sweep_plan.cells}]
+        known = known_releases(store)
     if args.json:
         for outcome in produced:
             print(json.dumps(outcome.serialize(), default=str))
         return EXIT_OK
     console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
     console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
-    render(rows, console, title=f"run {sweep_plan.run_id}")
+    render(rows, console, title=f"run {sweep_plan.run_id}", attribution=attribute(rows, known_versions=known))
     return EXIT_OK
 
 
@@ -195,8 +197,14 @@ def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
     with open_store(args.db, read_only=True) as store:
-        rows = store.outcomes(args.run_id or None)
-    render(rows, console, title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""))
+        rows = outcome_rows(store, args.run_id or None)
+        known = known_releases(store)
+    render(
+        rows,
+        console,
+        title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""),
+        attribution=attribute(rows, known_versions=known),
+    )
     return EXIT_OK
 
 
@@ -211,37 +219,34 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-id", default="", help="only this run's outcomes (default: every run in the file)")
     p.add_argument("--scenario", action="append", default=[], help="only this scenario (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object per transition and flaky cell instead of the tables")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not ask the index for the releases between tested versions (use those stored with the runs)",
+    )
 
 
 def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
-    from harness.attribution import attribute, seen_versions, to_rows
-    from harness.errors import BadInput
-    from harness.store import Store
+    from harness.attributing import attribute_file
     from harness.summary import render_transitions
 
     db = _existing_duckdb(args.db)
-    with Store(args.db) as store:  # read-write: the transitions are stored next to the outcomes
-        rows = store.outcomes(args.run_id or None)
-        if not rows:
-            raise BadInput(f"no outcomes in {db!r}" + (f" for run {args.run_id!r}; see `harness summary --db {db}`" if args.run_id else ""))
-        known = seen_versions(rows)  # every scenario's versions: a gap on this line may be tested elsewhere
-        if args.scenario:
-            stored = sorted({r["scenario"] for r in rows})
-            unknown = [s for s in args.scenario if s not in stored]
-            if unknown:
-                raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {', '.join(stored)}")
-            rows = [r for r in rows if r["scenario"] in args.scenario]
-        result = attribute(rows, known_versions=known)
-        store.replace_transitions(to_rows(result, args.run_id), scope=args.run_id, scenarios=args.scenario)
+    done = attribute_file(Path(db), args.run_id, args.scenario, offline=args.offline)
+    result = done.result
     if args.json:
-        for item in [*(t.to_dict() for t in result.transitions), *(f.to_dict() for f in result.flaky)]:
+        items = [*(t.to_dict() for t in result.transitions), *(m.to_dict() for m in result.machines), *(f.to_dict() for f in result.flaky)]
+        for item in items:
             print(json.dumps(item))
         return EXIT_OK
-    render_transitions(result.transitions, console, result.flaky)
+    render_transitions(result.transitions, console, result.flaky, result.machines)
     if not result.transitions:
         console.print("no transitions: no failure changes between neighbouring versions of an axis with the other axes held fixed")
+    if done.unlisted:
+        console.print(f"the index's releases of {', '.join(done.unlisted)} could not be listed: changes along them are ranges")
+    exact = sum(t.exact for t in result.transitions)
     console.print(
-        f"{len(result.transitions)} transition(s), {len(result.flaky)} flaky cell(s) from {len(rows)} outcome(s); "
+        f"{len(result.transitions)} transition(s) ({exact} exact, {len(result.transitions) - exact} range(s)), "
+        f"{len(result.machines)} machine difference(s), {len(result.flaky)} flaky cell(s) from {done.outcomes} outcome(s); "
         f"stored in {db} (table transitions)"
     )
     return EXIT_OK
@@ -300,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
-    from harness.errors import BadInput
+    from harness import queries
     from harness.shardfile import read_records
     from harness.store import Store
 
@@ -311,7 +316,7 @@ def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
         for source in args.sources:
             added = store.merge_records(read_records(source)) if source.suffix == ".jsonl" else store.merge_database(source)
             console.print(f"{source}: {added} outcome(s) added")
-        console.print(f"{args.db}: {store.count('outcomes')} outcome(s), {store.duplicate_keys()} duplicate key(s)")
+        console.print(f"{args.db}: {queries.row_count(store)} outcome(s), {queries.duplicate_key_count(store)} duplicate key(s)")
     return EXIT_OK
 
 
@@ -360,7 +365,7 @@ def _parse_pins(pins: list[str]) -> dict[str, str]:
 
 
 def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
-    from harness.bisecting import BisectOptions, describe, run_bisect
+    from harness.bisection import BisectOptions, describe, prepare_bisect, run_bisect
     from harness.store import Store
 
     options = BisectOptions(
@@ -382,8 +387,9 @@ def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
         p = probe  # a bisect.Probe
         console.print(f"  probe {p.candidate}: {p.verdict.value}" + (f" ({p.detail})" if p.detail else "") + f"  [{remaining} left]")  # type: ignore[attr-defined]
 
+    setup = prepare_bisect(options)  # every mistake is found before the results file is opened
     with Store(args.db) as store:
-        run = run_bisect(options, store, on_probe=show)
+        run = run_bisect(setup, store, on_probe=show)
     console.print(f"[bold]{describe(run, args.axis)}[/]")
     console.print(f"{len(run.result.probes)} probe(s), {run.built} environment(s) built; outcomes stored under run {run.run_id}")
     return EXIT_OK
@@ -409,98 +415,26 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
-    import os
-    import subprocess
-    import tempfile
-    from typing import Any
-
-    from packaging.utils import canonicalize_name
-
-    from harness.candidates import expand_find_links
-    from harness.envs import uv_binary
-    from harness.errors import EXIT_RUN_FAILED, BadInput
-    from harness.pin import DEFAULT_RANKING, Constraints, Sources, axis_versions, choose
-    from harness.store import Store
+    from harness.errors import EXIT_RUN_FAILED
+    from harness.pinning import pin_file
 
     db = _existing_duckdb(args.db)
-    with Store(args.db, read_only=True) as store:
-        rows = store.outcomes()
-        runs = store.runs_info()
-    if not rows:
-        raise BadInput(f"no outcomes in {db!r}; run a sweep first")
-    stored = sorted({r["scenario"] for r in rows})
-    if not args.scenario:
-        raise BadInput(f"pass the scenarios that must pass with --scenario (repeatable); stored in {db!r}: {', '.join(stored)}")
-    unknown = [s for s in args.scenario if s not in stored]
-    if unknown:
-        raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {', '.join(stored)}")
-    values: dict[str, set[str]] = {}
-    for row in rows:
-        for axis, value in axis_versions(row).items():
-            values.setdefault(axis, set()).add(value)
-    constraints = Constraints.parse(args.fix, args.gpu, args.platform)
-    for axis, spec in constraints.fixed:
-        if axis not in values:
-            raise BadInput(f"--fix {axis}{spec}: {axis!r} is not an axis of {db!r}; axes: {', '.join(sorted(values))}")
-        if not any(constraints.admits({axis: v}, {axis: v}) for v in values[axis]):
-            raise BadInput(f"--fix {axis}{spec}: no stored cell has such a {axis}; stored: {', '.join(sorted(values[axis]))}")
-    for flag, column in (("gpu", "gpu"), ("platform", "platform")):
-        wanted = getattr(args, flag)
-        seen = sorted({str(r.get(column) or "") for r in rows})
-        if wanted and not any(wanted.lower() in s.lower() for s in seen):
-            raise BadInput(f"--{flag} {wanted!r} matches no stored run; stored: {', '.join(seen)}")
-    ranking = [str(canonicalize_name(a)) for a in args.rank.split(",") if a.strip()] if args.rank else list(DEFAULT_RANKING)
-    bad_rank = [a for a in ranking if a not in values] if args.rank else []
-    if bad_rank:
-        raise BadInput(f"--rank names unknown axis(es) {', '.join(map(repr, bad_rank))}; axes: {', '.join(sorted(values))}")
-
-    result = choose(rows, args.scenario, constraints, ranking)
+    result, files, sources = pin_file(Path(db), args.scenario, args.fix, args.gpu, args.platform, args.rank, args.out)
     if not result.found:
-        if args.json:
-            print(json.dumps(result.to_dict()))
-        else:
-            print("\n".join(result.describe()))
+        print(json.dumps(result.to_dict()) if args.json else "\n".join(result.describe()))
         return EXIT_RUN_FAILED
-    # The index settings of the newest run that passed: what the install commands and the lock resolve against.
-    settings: dict[str, Any] = next((runs[r]["settings"] for r in reversed(list(runs)) if r in result.runs), {})
-    sources = Sources.from_settings(settings, expand_find_links([str(f) for f in settings.get("find_links") or []]))
-    files: dict[str, str] = {}
-    lock_note = ""
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        for name, text in (("requirements.txt", result.to_requirements(sources)), ("constraints.txt", result.to_constraints())):
-            (args.out / name).write_text(text)
-            files[name] = str(args.out / name)
-        with tempfile.TemporaryDirectory(prefix="harness-pin-") as tmp:
-            freeze = Path(tmp, "requirements.txt")
-            freeze.write_text(result.lock_input())
-            lock = args.out / "pylock.toml"
-            try:
-                proc = subprocess.run(
-                    result.lock_command(uv_binary(), str(freeze), str(lock), sources),
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    env={**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"},
-                )
-                why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1].strip() if proc.returncode else ""
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                why = str(exc).splitlines()[0]
-            if why or not lock.is_file():
-                lock_note = f"pylock.toml not written: uv could not resolve the passing freeze with the run's index settings ({why})"
-            else:
-                files["pylock.toml"] = str(lock)
-    commands = {tool: result.install_command(tool, sources) for tool in ("pip", "uv")}
+    commands = {"pip": result.install_command("pip", sources), "uv": result.install_command("uv", sources)}
     if args.json:
-        print(json.dumps({**result.to_dict(), "install": commands, "files": files, "lock_note": lock_note}))
+        written = files.files if files else {}
+        print(json.dumps({**result.to_dict(), "install": commands, "files": written, "lock_note": files.lock_note if files else ""}))
         return EXIT_OK
     print("\n".join(result.describe()))
     print(commands["pip"])
     print(commands["uv"])
-    if files:
-        print(f"wrote {', '.join(files.values())}")
-    if lock_note:
-        print(lock_note)
+    if files and files.files:
+        print(f"wrote {', '.join(files.files.values())}")
+    if files and files.lock_note:
+        print(files.lock_note)
     return EXIT_OK
 
 
@@ -519,79 +453,11 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
-    import difflib
-
-    from harness.attribution import attribute, seen_versions, to_rows
-    from harness.catalog import available, load_scenario
-    from harness.errors import BadInput
-    from harness.outcome import FAILURES
-    from harness.pin import axis_versions
-    from harness.report import render_cell_report, render_signature_report
-    from harness.store import Store
+    from harness.reporting import report_file
 
     if bool(args.signature) == bool(args.cell):
         raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
-    db = _existing_duckdb(args.db)
-    failures = {s.value for s in FAILURES}
-    with Store(args.db, read_only=True) as store:
-        everything = store.outcomes()
-        runs = store.runs_info()
-        if args.signature:
-            wanted = args.signature.strip()
-            failing = [r for r in everything if r["status"] in failures]
-            found = {r["signature"] or r["status"] for r in failing if wanted in (r["signature"], r["signature_family"])}
-            if not found:
-                found = {r["signature"] or r["status"] for r in failing if wanted.casefold() in (r["signature"] or r["status"]).casefold()}
-            if not found:
-                raise BadInput(f"no failing outcome in {db!r} has a signature matching {wanted!r}; `harness summary --db {db}` lists them")
-            if len(found) > 1:
-                families = sorted({f"{r['signature_family']} ({(r['signature'] or '')[:60]})" for r in failing if r["signature"] in found})
-                raise BadInput(f"{wanted!r} matches {len(found)} signatures; pass one family hash: {'; '.join(families)}")
-            signature = found.pop()
-            scenarios = sorted({r["scenario"] for r in failing if (r["signature"] or r["status"]) == signature})
-            # Tracebacks of this failure only; the other rows are the contrast (each carries its cell's freeze).
-            traced = store.outcomes_with_traces(scenarios, signature=signature)
-            keys = {(r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) for r in traced}
-            rows = traced + [
-                r for r in everything if r["scenario"] in scenarios and (r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) not in keys
-            ]
-        else:
-            own = store.outcomes_with_traces(cell_id=args.cell)
-            if not own:
-                ids = sorted({r["cell_id"] for r in everything})
-                near = difflib.get_close_matches(args.cell, ids, n=3, cutoff=0.5)
-                hint = f"; did you mean {', '.join(near)}?" if near else f"; `harness summary --db {db}` lists the cells"
-                raise BadInput(f"no outcomes for cell {args.cell!r} in {db!r}{hint}")
-            scenarios = sorted({r["scenario"] for r in own})
-            # The neighbours (one axis different) are the contrast, and the lines attribution walks through this cell.
-            mine = axis_versions(own[0])
-            neighbours = {
-                r["cell_id"]
-                for r in everything
-                if r["cell_id"] != args.cell
-                and r["scenario"] in scenarios
-                and sum(axis_versions(r).get(a) != mine.get(a) for a in {*mine, *axis_versions(r)}) == 1
-            }
-            rows = own + [r for r in everything if r["cell_id"] in neighbours and r["scenario"] in scenarios]
-            records = store.cell_records(args.cell)
-    # Every version any cell used is known (a gap on one line may be tested on another); one row per cell says it.
-    transitions = to_rows(attribute(rows, known_versions=seen_versions({(r["run_id"], r["cell_id"]): r for r in everything}.values())))
-    known = available()
-    files = {s: f"scenarios/{known[s].name}" for s in scenarios if s in known}
-    docs = {}
-    for s in scenarios:
-        if s in known:
-            try:
-                docs[s] = load_scenario(known[s]).doc
-            except BadInput:
-                docs[s] = ""
-    if args.signature:
-        markdown = render_signature_report(signature, rows, transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=db)
-    else:
-        record = records[0] if records else None
-        markdown = render_cell_report(
-            args.cell, rows, record, transitions=transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=db
-        )
+    markdown = report_file(Path(_existing_duckdb(args.db)), args.signature, args.cell)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown)

@@ -66,6 +66,7 @@ class EnvResult:
     seconds: float = 0.0
     reused: bool = False
     cuda_runtime: str = ""  # the CUDA version the cell's torch was built for ("" for a CPU build)
+    python_version: str = ""  # the env interpreter's own version, e.g. 3.11.7
 
     @property
     def ready(self) -> bool:
@@ -321,6 +322,7 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             seconds=time.monotonic() - started,
             reused=True,
             cuda_runtime=marker.get("cuda_runtime", ""),
+            python_version=marker.get("python_version") or python_version(str(_python_in(location))),
         )
     uv = uv_binary()
     env_root.mkdir(parents=True, exist_ok=True)
@@ -362,9 +364,19 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
     frozen = _run([uv, "pip", "freeze", "--python", python])
     freeze = parse_freeze(frozen.stdout)
     runtime = cuda_runtime(python)
-    marker_data = {"key": request.key(), "freeze": freeze, "inherited": inherited, "cuda_runtime": runtime, "request": asdict(request)}
+    version = python_version(python)
+    marker_data = {
+        "key": request.key(),
+        "freeze": freeze,
+        "inherited": inherited,
+        "cuda_runtime": runtime,
+        "python_version": version,
+        "request": asdict(request),
+    }
     (location / MARKER).write_text(json.dumps(marker_data))
-    return EnvResult("ready", location, python, freeze, inherited, seconds=time.monotonic() - started, cuda_runtime=runtime)
+    return EnvResult(
+        "ready", location, python, freeze, inherited, seconds=time.monotonic() - started, cuda_runtime=runtime, python_version=version
+    )
 
 
 # Reads torch/version.py without importing torch (seconds, and it must not touch the GPU).
@@ -381,4 +393,10 @@ _CUDA_PROBE = (
 def cuda_runtime(python: str) -> str:
     """The CUDA runtime the env's torch was built for (torch.version.cuda), "" if none."""
     proc = _run([python, "-c", _CUDA_PROBE])
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def python_version(python: str) -> str:
+    """The interpreter's version (`3.11.7`): part of the machine class its outcomes are compared within."""
+    proc = _run([python, "-c", "import platform; print(platform.python_version())"])
     return proc.stdout.strip() if proc.returncode == 0 else ""

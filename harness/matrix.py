@@ -20,7 +20,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from harness.analysis.versions import git_ref, git_url_without_ref, order_key
 from harness.errors import MatrixError
+
+__all__ = ["git_ref", "git_url_without_ref"]  # re-exported: matrix files name git sources
 
 CandidateKind = Literal["version", "git", "path", "inherit"]
 Pick = Literal["all", "newest-patch", "newest-minor", "newest"]
@@ -98,28 +101,9 @@ class Candidate:
             return f"{self.package} @ {Path(self.value).resolve().as_uri()}"
         return self.package
 
-    def sort_key(self) -> tuple[int, Version | str]:
-        if self.kind == "version":
-            return (0, Version(self.value))
-        return (1, self.value)
-
-
-def _split_git(url: str) -> tuple[str, str]:
-    """("git+ssh://git@host/repo", "ref"): a ref's '@' comes after the path starts, a user's before."""
-    scheme, rest = url.split("://", 1)
-    slash = rest.find("/")
-    at = rest.rfind("@")
-    if at > slash >= 0 or (slash < 0 and at >= 0 and scheme == "git+file"):
-        return f"{scheme}://{rest[:at]}", rest[at + 1 :]
-    return url, "HEAD"
-
-
-def git_url_without_ref(url: str) -> str:
-    return _split_git(url)[0]
-
-
-def git_ref(url: str) -> str:
-    return _split_git(url)[1]
+    def sort_key(self) -> tuple[Any, ...]:
+        """The harness's one order (`versions.order_key`): releases by version, then sources."""
+        return order_key(self.value if self.kind != "inherit" else "")
 
 
 def _slug(text: str) -> str:

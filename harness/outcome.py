@@ -1,39 +1,21 @@
-"""The closed set of outcome statuses and the record one scenario run in one cell produces."""
+"""The records a sweep stores: one outcome per scenario run, one cell record per environment.
+
+The statuses themselves, and which of them count as evidence, live in `analysis.status`.
+"""
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from harness.analysis.status import ENV_PROBLEMS, FAILURES, NO_EVIDENCE, Status
+from harness.interpret import Interpretation, RawRun
+from harness.redact import mask
+from harness.signature import status_signature
 
-class Status(str, enum.Enum):
-    """What happened to one scenario in one cell.
-
-    The split mirrors nox: "could not build the environment" (unresolvable, install_failed)
-    stays apart from "the check failed" (fail) and "it blew up" (error, crash, oom, timeout).
-    """
-
-    PASS = "pass"
-    FAIL = "fail"  # the scenario's own check failed (parity, wrong device)
-    ERROR = "error"  # an uncaught exception
-    CRASH = "crash"  # killed by a signal, or exited non-zero without a traceback
-    TIMEOUT = "timeout"
-    OOM = "oom"
-    UNRESOLVABLE = "unresolvable"  # the pins do not resolve: the resolver's words are kept
-    INSTALL_FAILED = "install_failed"
-    NOT_APPLICABLE = "not_applicable"
-
-    @property
-    def is_failure(self) -> bool:
-        return self in FAILURES
-
-    @property
-    def is_env_problem(self) -> bool:
-        return self in (Status.UNRESOLVABLE, Status.INSTALL_FAILED)
-
-
-FAILURES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, Status.OOM})
+__all__ = ["ENV_PROBLEMS", "FAILURES", "NO_EVIDENCE", "CellRecord", "Outcome", "Status", "env_outcome", "scenario_outcome"]
 
 
 @dataclass
@@ -83,3 +65,51 @@ class CellRecord:
     env_seconds: float
     env_reused: bool
     cuda_runtime: str = ""  # torch.version.cuda in the cell ("" for a CPU build)
+    python_version: str = ""  # the cell interpreter's own version (3.11.7): part of its machine class
+    origin: str = "matrix"  # "matrix", or "refine" for a cell a refinement built to narrow a range
+
+
+# -- making outcomes -----------------------------------------------------------------------
+def _now() -> str:
+    return datetime.now(UTC).replace(tzinfo=None).isoformat()
+
+
+def first_cause(message: str) -> str:
+    """The resolver's first line of reasoning names the conflict; keep it as the signature detail."""
+    for line in message.splitlines():
+        line = line.strip()
+        if line.startswith("cause:") or line.startswith("Because"):
+            return line.removeprefix("cause:").strip()[:200]
+    return message.strip().splitlines()[0][:200] if message.strip() else ""
+
+
+def env_outcome(run_id: str, cell_id: str, scenario: str, repeat: int, status: str, message: str, secrets: Sequence[str]) -> Outcome:
+    """A scenario that could not run because its cell's env did not build (unresolvable, install_failed)."""
+    outcome = Outcome(run_id, cell_id, scenario, repeat, Status(status), started_at=_now())
+    outcome.message = mask(message, list(secrets))
+    sig = status_signature(status, first_cause(message))
+    outcome.signature, outcome.signature_family = sig.text, sig.family
+    return outcome
+
+
+def not_applicable(run_id: str, cell_id: str, scenario: str, repeat: int, reason: str) -> Outcome:
+    return Outcome(run_id, cell_id, scenario, repeat, Status.NOT_APPLICABLE, message=reason, started_at=_now())
+
+
+def scenario_outcome(
+    run_id: str, cell_id: str, scenario: str, repeat: int, meaning: Interpretation, raw: RawRun, secrets: Sequence[str], started: str = ""
+) -> Outcome:
+    """What one scenario process left behind, interpreted, with every secret masked."""
+    hidden = list(secrets)
+    outcome = Outcome(run_id, cell_id, scenario, repeat, meaning.status, started_at=started or _now())
+    outcome.message = mask(meaning.message, hidden)[:2000]
+    if meaning.signature:
+        outcome.signature = mask(meaning.signature.text, hidden)
+        outcome.signature_family = meaning.signature.family
+        outcome.blamed_library = meaning.signature.library
+    outcome.exception_type = meaning.exception_type
+    outcome.traceback = mask(meaning.traceback, hidden)
+    outcome.output_tail = mask(raw.output_tail, hidden)
+    outcome.seconds = raw.seconds
+    outcome.metrics = raw.metrics
+    return outcome

@@ -18,30 +18,17 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.envs import uv_binary
+from harness.interpret import RawRun
 
 CHILD = Path(__file__).with_name("child.py")
 KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 OUTPUT_TAIL_BYTES = 16 * 1024
 SERVER_START_TIMEOUT = 600.0
 KILL_GRACE_SECONDS = 3.0
-
-
-@dataclass
-class RawRun:
-    """What a scenario process left behind, before interpretation."""
-
-    record: dict[str, Any] | None  # the child's result JSON, if it got to write one
-    exit_code: int | None
-    signal: int | None
-    timed_out: bool
-    seconds: float
-    output_tail: str
-    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:

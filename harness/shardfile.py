@@ -12,13 +12,13 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.rows import AXIS_ORDER
 from harness.errors import StoreError
 from harness.outcome import CellRecord, Outcome
-
-AXES = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -44,10 +44,13 @@ class ShardStore:
         if read_only and not self.path.exists():
             raise StoreError(f"results file {str(self.path)!r} does not exist; run a sweep first")
         self._cells: dict[tuple[str, str], dict[str, Any]] = {}
+        self._runs: dict[str, dict[str, Any]] = {}
         self._done: set[tuple[str, str, str, int]] = set()
         if self.path.exists():
             for rec in read_records(self.path):
-                if rec["type"] == "cell":
+                if rec["type"] == "run":
+                    self._runs[rec["run_id"]] = rec
+                elif rec["type"] == "cell":
                     self._cells[(rec["run_id"], rec["cell_id"])] = rec
                 elif rec["type"] == "outcome":
                     self._done.add((rec["run_id"], rec["cell_id"], rec["scenario"], int(rec["repeat"])))
@@ -73,6 +76,7 @@ class ShardStore:
     def ensure_run(
         self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]
     ) -> None:
+        self._runs[run_id] = {"host": host}
         self._append(
             {
                 "type": "run",
@@ -99,11 +103,17 @@ class ShardStore:
         self._append({"type": "outcome", **d})
         return True
 
+    def record_releases(self, run_id: str, releases: dict[str, list[tuple[str, datetime | None]]]) -> int:
+        """One line per axis: the releases the run's index offered (merged into `releases`)."""
+        for axis, listed in releases.items():
+            self._append({"type": "releases", "run_id": run_id, "axis": axis, "versions": [v for v, _ in listed]})
+        return sum(len(v) for v in releases.values())
+
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:
         return {(c, s, r) for run, c, s, r in self._done if run == run_id}
 
     def outcomes(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Rows shaped like `outcomes_v` (the columns the summary needs)."""
+        """Rows shaped like `outcomes_v` (the columns the summary and the analysis read)."""
         rows, seen = [], set()
         for rec in read_records(self.path):
             if rec["type"] != "outcome" or (run_id and rec["run_id"] != run_id):
@@ -113,9 +123,43 @@ class ShardStore:
                 continue
             seen.add(key)
             cell = self._cells.get((rec["run_id"], rec["cell_id"]), {})
+            host = self._runs.get(rec["run_id"], {}).get("host") or {}
             freeze = cell.get("freeze", {})
-            rows.append({**rec, **{axis: freeze.get(axis) for axis in AXES}})
+            rows.append(
+                {
+                    **rec,
+                    **{axis: freeze.get(axis) for axis in AXIS_ORDER},
+                    **{k: cell.get(k) for k in ("versions", "git_commits", "inherited", "python", "cuda_runtime", "python_version")},
+                    "installed": freeze,
+                    "origin": cell.get("origin", "matrix"),
+                    "platform": host.get("platform"),
+                    "gpu": host.get("gpu"),
+                    "host_python": host.get("python"),
+                }
+            )
         return sorted(rows, key=lambda r: (r["cell_id"], r["scenario"], r["repeat"]))
+
+
+def outcome_rows(store: Any, run_id: str | None = None) -> list[dict[str, Any]]:
+    """`queries.outcome_rows` of either kind of results file."""
+    if isinstance(store, ShardStore):
+        return store.outcomes(run_id)
+    from harness import queries
+
+    return queries.outcome_rows(store, run_id)
+
+
+def known_releases(store: Any) -> dict[str, list[str]]:
+    """`queries.known_releases` of either kind of results file."""
+    if isinstance(store, ShardStore):
+        found: dict[str, set[str]] = {}
+        for rec in read_records(store.path):
+            if rec["type"] == "releases":
+                found.setdefault(str(rec["axis"]), set()).update(str(v) for v in rec.get("versions", []))
+        return {axis: sorted(versions) for axis, versions in found.items()}
+    from harness import queries
+
+    return queries.known_releases(store)
 
 
 def open_store(path: Path, *, read_only: bool = False) -> Any:

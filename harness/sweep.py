@@ -1,40 +1,53 @@
 """A sweep: every cell's env, every scenario in it, every outcome into the store.
 
-The steps are small and separate (as nox's workflow is): plan (validate everything, write
-nothing), then per cell build → check applicability → run → interpret → store. Outcomes
-already stored for the run are not recomputed, so a killed sweep resumes where it stopped.
+The steps are small and separate (as nox's workflow is): `plan` (validate everything, write
+nothing), then per cell prepare (env build, fork server: `schedule.Feed` does it ahead) →
+check applicability → run → interpret → store. Outcomes already stored for the run are not
+recomputed, so a killed sweep resumes where it stopped. The GPUs are `gpus.GpuPlan`'s, the
+memory of CUDA-initialising modules is `culprits.CudaCulprits`', and bisection and refinement
+drive single cells through `Sweep.run_cell`, which returns what they need to know (`CellRun`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import queue
 import sysconfig
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import __version__, hostinfo
-from harness.candidates import PackageIndex, ResolvedMatrix, expand_find_links, index_for, period_date, resolve_matrix
-from harness.catalog import Scenario, applicability, select
+from harness import __version__, hostinfo, outcome
+from harness.candidates import (
+    IndexUnreachable,
+    PackageIndex,
+    ResolvedMatrix,
+    expand_find_links,
+    index_for,
+    install_tags,
+    listed_releases,
+    period_date,
+    python_version_of,
+    resolve_matrix,
+)
+from harness.culprits import CudaCulprits
 from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
-from harness.gpulocks import GpuLocks
+from harness.gpus import GpuPlan
+from harness.interpret import interpret
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
-from harness.outcome import CellRecord, Outcome, Status
+from harness.outcome import CellRecord, Outcome
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
-from harness.signature import status_signature
-from harness.verdict import interpret
+from harness.scenarios import Scenario, applicability, select
+from harness.schedule import Feed
+
+Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
 
 
 @dataclass
@@ -76,6 +89,7 @@ class ResultStore(Protocol):
     def record_cell(self, rec: CellRecord) -> None: ...
     def add_outcome(self, outcome: Outcome) -> bool: ...
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]: ...
+    def record_releases(self, run_id: str, releases: dict[str, list[tuple[str, datetime | None]]]) -> int: ...
 
 
 class Reporter(Protocol):
@@ -92,6 +106,14 @@ class SilentReporter:
     def env_built(self, cell: Cell, env: EnvResult) -> None: ...
     def outcome(self, outcome: Outcome, cell: Cell) -> None: ...
     def finish(self) -> None: ...
+
+
+@dataclass
+class CellRun:
+    """One cell driven by `Sweep.run_cell`: its outcomes and its env (was it built, or reused?)."""
+
+    outcomes: list[Outcome]
+    env: EnvResult
 
 
 def default_run_id(matrix_text: str, scenarios: list[Scenario]) -> str:
@@ -125,7 +147,7 @@ def plan(options: SweepOptions) -> SweepPlan:
     return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
 
 
-def _scenario_env(options: SweepOptions) -> dict[str, str]:
+def scenario_env(options: SweepOptions) -> dict[str, str]:
     env = {}
     if options.model:
         env["HARNESS_MODEL"] = options.model
@@ -136,14 +158,14 @@ def _scenario_env(options: SweepOptions) -> dict[str, str]:
     return env
 
 
-def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str], secrets: list[str]) -> CellRecord:
+def cell_record(run_id: str, cell: Cell, env: EnvResult, secrets: list[str], origin: str = "matrix") -> CellRecord:
     commits = {c.package: c.commit for c in cell.candidates if c.commit}
     return CellRecord(
         run_id,
         cell.id,
         cell.python,
         cell.as_dict(),
-        requirements,
+        [c.requirement() for c in cell.candidates],
         env.freeze,
         env.inherited,
         commits,
@@ -152,7 +174,27 @@ def _cell_record(run_id: str, cell: Cell, env: EnvResult, requirements: list[str
         env.seconds,
         env.reused,
         env.cuda_runtime,
+        env.python_version,
+        origin,
     )
+
+
+@dataclass
+class Ledger:
+    """Where a sweep's time went, for its closing line: env builds, fork-server starts, scenarios."""
+
+    env_seconds: float = 0.0
+    server_start_seconds: float = 0.0
+    scenario_seconds: float = 0.0
+    imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
+
+    def line(self, culprits: str) -> str:
+        slowest = sorted(self.imports.items(), key=lambda kv: -kv[1])[:3]
+        imports = ", ".join(f"{m} {s:.1f}" for m, s in slowest)
+        return (
+            f"time: env builds {self.env_seconds:.1f} s, fork-server starts {self.server_start_seconds:.1f} s"
+            f" (slowest imports: {imports or '-'}), scenarios {self.scenario_seconds:.1f} s; not preloaded (CUDA at import): {culprits}"
+        )
 
 
 @dataclass
@@ -160,86 +202,10 @@ class _Prepared:
     """A cell ready to run: its env, and its started runner (None if the env failed)."""
 
     cell: Cell
-    todo: list[tuple[Scenario, int]]
+    todo: Todo
     env: EnvResult
     runner: CellRunner | None
-
-
-class _Feed:
-    """Hands prepared cells (env built, fork server started) to the jobs, in matrix order.
-
-    `ahead` background threads keep at most `ahead` cells prepared or being prepared beyond
-    those running, so a job that finishes a cell finds the next one ready, whichever job
-    that is: no job idles on imports while another holds a prepared cell. Threads are
-    daemons: Ctrl-C during a long env build must not wait on it. With `ahead` 0
-    (--no-lookahead) the job that asks prepares its cell itself.
-    """
-
-    def __init__(
-        self,
-        work: list[tuple[Cell, list[tuple[Scenario, int]]]],
-        prepare: Callable[[Cell, list[tuple[Scenario, int]]], _Prepared],
-        ahead: int,
-    ) -> None:
-        self._work = deque(work)
-        self._left = len(work)  # not yet handed to a job
-        self._prepare = prepare
-        self._ready: queue.Queue[_Prepared | BaseException] = queue.Queue()
-        self._permits = threading.Semaphore(ahead)
-        self._lock = threading.Lock()
-        self._closed = False
-        self._ahead = ahead
-        for _ in range(min(ahead, len(work))):
-            threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            self._permits.acquire()
-            with self._lock:
-                if not self._work:
-                    return
-                cell, todo = self._work.popleft()
-            try:
-                item: _Prepared | BaseException = self._prepare(cell, todo)
-            except BaseException as exc:  # handed to the job that takes it
-                item = exc
-            self._ready.put(item)
-
-    def next(self) -> _Prepared | None:
-        """The next prepared cell (waiting for it if need be), or None when all are handed out."""
-        with self._lock:
-            if self._left == 0:
-                return None
-            self._left -= 1
-            if not self._ahead:
-                cell, todo = self._work.popleft()
-        if not self._ahead:
-            return self._prepare(cell, todo)
-        while True:
-            try:
-                item = self._ready.get(timeout=0.2)
-                break
-            except queue.Empty:
-                if self._closed:  # the sweep stopped while this job waited for a cell
-                    return None
-        self._permits.release()  # a slot ahead is free: prepare one more
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        """The sweep is stopping: prepare nothing more; close the runners nobody will take."""
-        with self._lock:
-            self._work.clear()
-            self._left = 0
-            self._closed = True
-        while True:
-            try:
-                item = self._ready.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(item, _Prepared) and item.runner is not None:
-                item.runner.close()
+    origin: str = "matrix"
 
 
 class Sweep:
@@ -255,68 +221,74 @@ class Sweep:
         self.env_root = (plan.options.env_root or Path(self.settings.env_dir)).resolve()
         self.find_links = expand_find_links(self.settings.find_links)
         self.libraries = tuple(plan.resolved.axes)
-        self.timing = {"env_seconds": 0.0, "scenario_seconds": 0.0, "server_start_seconds": 0.0}
-        self.last_env_reused = False
+        self.ledger = Ledger()
+        self.culprits = CudaCulprits(self.env_root)
+        self.gpus = GpuPlan(
+            plan.options.gpus, int(self.host.get("gpu_count", 0)), max(1, plan.options.jobs), int(self.host.get("cpus") or 0)
+        )
         self._lock = threading.RLock()
-        # (module, version of its distribution) found to initialise CUDA at import in one
-        # cell's fork server: later cells with that version skip it instead of restarting.
-        # Kept beside the envs, so that the next sweep (a shard, a resumed run) starts with them.
-        self.cuda_culprits: set[tuple[str, str]] = load_culprits(self.env_root / CULPRITS_FILE)
-        self.gpu_locks = GpuLocks()
-        self.preload_seconds: dict[str, float] = {}  # per preloaded module, summed over cells
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
+        self._run_recorded = False
 
-    def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
+    # -- the whole sweep ----------------------------------------------------------------------
+    def keys_for(self, cell: Cell) -> Todo:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
 
-    def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> list[tuple[Scenario, int]]:
+    def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> Todo:
         return [(s, r) for s, r in self.keys_for(cell) if (cell.id, s.name, r) not in done]
 
-    def run(self) -> list[Outcome]:
+    def record_run(self) -> None:
+        """The run's row and the releases of its axes (what a range between tested versions is made of)."""
+        if self._run_recorded:
+            return
         p = self.plan
         # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
-        settings = {**_settings_dict(self.settings), "find_links_expanded": self.find_links}
+        settings = {**asdict(self.settings), "find_links_expanded": self.find_links}
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
-        done = self.store.done_keys(p.run_id)
-        work = [(cell, todo) for cell in p.cells if (todo := self.todo(cell, done))]
+        self.store.record_releases(p.run_id, self.releases())
+        self._run_recorded = True
+
+    def releases(self) -> dict[str, list[tuple[str, datetime | None]]]:
+        """Per axis with releases: every release the index offers this run's Python on this platform."""
+        axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
+        exclude = self.settings.exclude_newer
+        moment = datetime.fromisoformat(exclude.replace("Z", "+00:00")) if exclude not in ("", "period") else None
+        if moment is not None and moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        tags = install_tags(python_version_of(self.settings.python))
+        listed: dict[str, list[tuple[str, datetime | None]]] = {}
+        for axis in axes:
+            try:
+                listed[axis] = [(str(r.version), r.upload_time) for r in listed_releases(self.plan.index, axis, tags, moment)]
+            except IndexUnreachable:
+                continue  # attribution then treats the axis as unlisted: its answers stay ranges
+        return listed
+
+    def run(self) -> list[Outcome]:
+        self.record_run()
+        done = self.store.done_keys(self.plan.run_id)
+        work = [(cell, todo) for cell in self.plan.cells if (todo := self.todo(cell, done))]
         self.reporter.start(sum(len(t) for _, t in work))
-        all_gpus = self.gpu_ids()
-        jobs = max(1, p.options.jobs)
-        slots = [[all_gpus[k % len(all_gpus)]] if all_gpus else [] for k in range(jobs)] if jobs > 1 else [all_gpus]
-        produced = self._run_jobs(work, slots)
+        produced = self._run_jobs(work, self.gpus.slots())
         self.reporter.finish()
         return produced
 
     def timing_line(self) -> str:
         """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
-        t = self.timing
-        slowest = sorted(self.preload_seconds.items(), key=lambda kv: -kv[1])[:3]
-        imports = ", ".join(f"{m} {s:.1f}" for m, s in slowest)
-        culprits = ", ".join(sorted(f"{m} {v}" for m, v in self.cuda_culprits)) or "none"
-        return (
-            f"time: env builds {t['env_seconds']:.1f} s, fork-server starts {t['server_start_seconds']:.1f} s"
-            f" (slowest imports: {imports or '-'}), scenarios {t['scenario_seconds']:.1f} s; not preloaded (CUDA at import): {culprits}"
-        )
+        return self.ledger.line(self.culprits.describe())
 
     def gpu_ids(self) -> list[str]:
-        if self.plan.options.gpus is not None:
-            return list(self.plan.options.gpus)
-        return [str(i) for i in range(int(self.host.get("gpu_count", 0)))]
+        return self.gpus.ids()
 
-    def _run_jobs(self, work: list[tuple[Cell, list[tuple[Scenario, int]]]], slots: list[list[str]]) -> list[Outcome]:
-        """Cells in matrix order, a job per slot (one GPU each when there are several jobs).
-
-        A scenario that needs more GPUs than its job has takes them all for its run
-        (GpuLocks), inside its own cell's turn. With lookahead, cells are prepared (env
-        build, fork-server preload) while the jobs run others: on a GPU runner a fork
-        server's imports take 12-20 s of CPU that would otherwise leave a GPU idle.
-        """
+    def _run_jobs(self, work: list[tuple[Cell, Todo]], slots: list[list[str]]) -> list[Outcome]:
+        """Cells in matrix order, a job per slot (one GPU each when there are several jobs)."""
         produced: list[Outcome] = []
         # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
         # two jobs saw get_config_var("EXE") return None): do it once, before any thread starts.
         sysconfig.get_config_vars()
-        feed = _Feed(work, self._prepare, len(slots) if self.plan.options.lookahead else 0)
+        ahead = len(slots) if self.plan.options.lookahead else 0
+        feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item), ahead, _close_runner)
 
         def worker(slot: list[str]) -> None:
             while not self._stopping.is_set() and (ready := feed.next()) is not None:
@@ -348,30 +320,31 @@ class Sweep:
         for runner in active:
             runner.kill_running()
 
-    def run_cell(self, cell: Cell, todo: list[tuple[Scenario, int]], gpus: list[str] | None = None) -> list[Outcome]:
-        return self._run_prepared(self._prepare(cell, todo), gpus)
+    # -- one cell ------------------------------------------------------------------------------
+    def run_cell(self, cell: Cell, todo: Todo, gpus: list[str] | None = None, *, origin: str = "matrix") -> CellRun:
+        """Build (or reuse) one cell's env and run `todo` in it: the seam bisection and refinement drive."""
+        self.record_run()
+        prepared = self._prepare(cell, todo, origin)
+        return CellRun(self._run_prepared(prepared, gpus), prepared.env)
 
-    def _prepare(self, cell: Cell, todo: list[tuple[Scenario, int]]) -> _Prepared:
+    def _prepare(self, cell: Cell, todo: Todo, origin: str = "matrix") -> _Prepared:
         """Build the cell's env and start its fork server: everything before the first scenario.
 
-        Not tied to a job: the GPU a scenario runs on is set per scenario (`_gpus_for`).
+        Not tied to a job: the GPU a scenario runs on is set per scenario (`GpuPlan.lease`).
         """
         with self._lock:
             self.reporter.cell_started(cell)
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
         env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
-        requirements = [c.requirement() for c in cell.candidates]
         with self._lock:
-            self.timing["env_seconds"] += env.seconds
-            self.last_env_reused = env.reused
-            self.store.record_cell(_cell_record(self.plan.run_id, cell, env, requirements, self.secrets))
+            self.ledger.env_seconds += env.seconds
+            self.store.record_cell(cell_record(self.plan.run_id, cell, env, self.secrets, origin))
             self.reporter.env_built(cell, env)
         if not env.ready:
-            return _Prepared(cell, todo, env, None)
-        with self._lock:
-            avoid = {m for m in self.settings.preload if (m, _dist_version(m, env.freeze)) in self.cuda_culprits}
+            return _Prepared(cell, todo, env, None, origin)
         s = self.settings
-        runner = CellRunner(env.python, isolation=s.isolation, preload=s.preload, env=self._runner_env(), avoid=avoid)
+        avoid = self.culprits.avoid(s.preload, env.freeze)
+        runner = CellRunner(env.python, isolation=s.isolation, preload=s.preload, env=self.gpus.server_env(), avoid=avoid)
         try:
             # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),
             # unless no scenario can run here at all.
@@ -380,13 +353,15 @@ class Sweep:
         except BaseException:
             runner.close()
             raise
-        self._learn(runner, env)
-        return _Prepared(cell, todo, env, runner)
+        self.culprits.learn(runner.cuda_culprits, env.freeze)
+        return _Prepared(cell, todo, env, runner, origin)
 
     def _run_prepared(self, ready: _Prepared, gpus: list[str] | None) -> list[Outcome]:
         cell, env, runner = ready.cell, ready.env, ready.runner
+        run_id = self.plan.run_id
         if runner is None:
-            return [self._emit(self._env_outcome(cell, s, r, env), cell) for s, r in ready.todo]
+            failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
+            return [self._emit(o, cell) for o in failed]
         outcomes = []
         with runner:
             with self._lock:
@@ -395,139 +370,43 @@ class Sweep:
                 for scenario, repeat in ready.todo:
                     if self._stopping.is_set():
                         break
-                    with self._gpus_for(scenario, gpus) as (gpu_count, request_env):
-                        outcome = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
+                    with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
+                        made = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
                     if self._stopping.is_set():
                         break  # killed by the stop: not an outcome; the rerun runs it again
-                    outcomes.append(self._emit(outcome, cell))
+                    outcomes.append(self._emit(made, cell))
             finally:
                 with self._lock:
                     self._active.discard(runner)
             with self._lock:
-                self.timing["server_start_seconds"] += runner.server_start_seconds
+                self.ledger.server_start_seconds += runner.server_start_seconds
                 for module, seconds in runner.preload_seconds.items():
-                    self.preload_seconds[module] = self.preload_seconds.get(module, 0.0) + seconds
-            self._learn(runner, env)  # a server restarted mid-cell may have found more
+                    self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
+            self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
         return outcomes
 
-    def _learn(self, runner: CellRunner, env: EnvResult) -> None:
-        """Remember the CUDA culprits at once: the job's next cell is being prepared already."""
-        with self._lock:
-            found = {(m, _dist_version(m, env.freeze)) for m in runner.cuda_culprits} - self.cuda_culprits
-            if found:
-                self.cuda_culprits |= found
-                save_culprits(self.env_root / CULPRITS_FILE, self.cuda_culprits)
-
-    @contextmanager
-    def _gpus_for(self, scenario: Scenario, gpus: list[str] | None) -> Iterator[tuple[int, dict[str, str]]]:
-        """The GPUs one scenario runs on: its job's, or, if it needs more, all of them alone."""
-        every = self.gpu_ids()
-        if gpus is None or not gpus:
-            yield (len(gpus) if gpus is not None else len(every)), {}
-        elif len(gpus) < scenario.requires.gpus <= len(every):
-            with self.gpu_locks.exclusive(every):
-                yield len(every), {"CUDA_VISIBLE_DEVICES": ",".join(every)}
-        else:
-            narrowed = self.plan.options.jobs > 1 or self.plan.options.gpus is not None
-            with self.gpu_locks.shared(gpus[0]):
-                yield len(gpus), ({"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if narrowed else {})
-
-    def _runner_env(self) -> dict[str, str]:
-        """What a cell's fork server (and so every scenario) sees of the machine.
-
-        The job's own GPU is set per scenario: a cell is prepared before it is known which
-        job, so which GPU, will run it. The server itself never initialises CUDA.
-        """
-        env: dict[str, str] = {}
-        jobs = self.plan.options.jobs
-        if self.plan.options.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.plan.options.gpus)
-        if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
-            # Each torch would start a thread per core: N cells at once would oversubscribe
-            # the CPU N times over; tiny models gain nothing from more threads than their share.
-            env["OMP_NUM_THREADS"] = str(max(1, int(self.host.get("cpus") or os.cpu_count() or 1) // jobs))
-        return env
-
-    def _emit(self, outcome: Outcome, cell: Cell) -> Outcome:
+    def _emit(self, made: Outcome, cell: Cell) -> Outcome:
         with self._lock:  # one writer at a time: DuckDB connections are not shared across threads
-            self.store.add_outcome(outcome)
-            self.reporter.outcome(outcome, cell)
-        return outcome
-
-    def _base(self, cell: Cell, scenario: Scenario, repeat: int, status: Status) -> Outcome:
-        return Outcome(
-            self.plan.run_id, cell.id, scenario.name, repeat, status, started_at=datetime.now(UTC).replace(tzinfo=None).isoformat()
-        )
-
-    def _env_outcome(self, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult) -> Outcome:
-        outcome = self._base(cell, scenario, repeat, Status(env.status))
-        outcome.message = mask(env.message, self.secrets)
-        sig = status_signature(env.status, _first_cause(env.message))
-        outcome.signature, outcome.signature_family = sig.text, sig.family
-        return outcome
+            self.store.add_outcome(made)
+            self.reporter.outcome(made, cell)
+        return made
 
     def _run_one(
         self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]
     ) -> Outcome:
+        run_id = self.plan.run_id
         reason = applicability(scenario, env.freeze, gpu_count)
         if reason:
-            outcome = self._base(cell, scenario, repeat, Status.NOT_APPLICABLE)
-            outcome.message = reason
-            return outcome
+            return outcome.not_applicable(run_id, cell.id, scenario.name, repeat, reason)
         timeout = float(scenario.timeout or self.settings.timeout)
-        raw = runner.run(scenario.path, timeout, {**_scenario_env(self.plan.options), **request_env})
+        started = datetime.now(UTC).replace(tzinfo=None).isoformat()
+        raw = runner.run(scenario.path, timeout, {**scenario_env(self.plan.options), **request_env})
         with self._lock:
-            self.timing["scenario_seconds"] += raw.seconds
-        verdict = interpret(raw, timeout, self.libraries)
-        outcome = self._base(cell, scenario, repeat, verdict.status)
-        outcome.message = mask(verdict.message, self.secrets)[:2000]
-        if verdict.signature:
-            outcome.signature = mask(verdict.signature.text, self.secrets)
-            outcome.signature_family = verdict.signature.family
-            outcome.blamed_library = verdict.signature.library
-        outcome.exception_type = verdict.exception_type
-        outcome.traceback = mask(verdict.traceback, self.secrets)
-        outcome.output_tail = mask(raw.output_tail, self.secrets)
-        outcome.seconds = raw.seconds
-        outcome.metrics = raw.metrics
-        return outcome
+            self.ledger.scenario_seconds += raw.seconds
+        meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup)
+        return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
 
 
-CULPRITS_FILE = "cuda-culprits.json"
-
-
-def load_culprits(path: Path) -> set[tuple[str, str]]:
-    """(module, version) pairs an earlier sweep found to initialise CUDA at import; unreadable = none."""
-    try:
-        data = json.loads(path.read_text())
-        return {(str(m), str(v)) for m, v in data}
-    except (OSError, ValueError, TypeError):
-        return set()
-
-
-def save_culprits(path: Path, culprits: set[tuple[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(sorted(culprits | load_culprits(path))))  # keep what a parallel sweep added
-    tmp.replace(path)  # atomic: a parallel sweep on the same env root never reads half a file
-
-
-def _first_cause(message: str) -> str:
-    """The resolver's first line of reasoning names the conflict; keep it as the signature detail."""
-    for line in message.splitlines():
-        line = line.strip()
-        if line.startswith("cause:") or line.startswith("Because"):
-            return line.removeprefix("cause:").strip()[:200]
-    return message.strip().splitlines()[0][:200] if message.strip() else ""
-
-
-def _settings_dict(settings: object) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(settings)  # type: ignore[call-overload]
-
-
-def _dist_version(module: str, freeze: dict[str, str]) -> str:
-    """The installed version of the distribution a module comes from ("" if not in the freeze)."""
-    top = module.split(".", 1)[0]
-    return freeze.get(top) or freeze.get(top.replace("_", "-")) or ""
+def _close_runner(prepared: _Prepared) -> None:
+    if prepared.runner is not None:
+        prepared.runner.close()

@@ -3,8 +3,10 @@
 Stdlib-only at import time, because it runs inside a cell's virtualenv where only the
 libraries under test are installed (torch is imported lazily, and only if present).
 
-    from _kit import check, metric, not_applicable
+    from _kit import check, metric, not_applicable, reached
 
+    SETUP = "a 4-bit layer is offloaded"              # the state the check needs (read by the harness)
+    reached(offloaded_layers > 0, f"{offloaded_layers} layers offloaded")   # else: status `inconclusive`
     metric("max_abs_logit_diff", 0.0132)
     check(tokens_agree, "merged output differs from adapter output")
 """
@@ -38,6 +40,13 @@ class NotApplicable(Exception):
     """The scenario cannot say anything in this cell: status `not_applicable`."""
 
 
+class Inconclusive(Exception):
+    """The scenario ran but never reached the state it checks: status `inconclusive`.
+
+    Neither a pass nor a failure: attribution, pins and reports never count it as evidence.
+    """
+
+
 def check(cond: object, message: str) -> None:
     """Raise ScenarioFailed(message) unless `cond` is truthy."""
     if not cond:
@@ -46,6 +55,23 @@ def check(cond: object, message: str) -> None:
 
 def not_applicable(reason: str) -> NoReturn:
     raise NotApplicable(reason)
+
+
+def inconclusive(reason: str) -> NoReturn:
+    raise Inconclusive(reason)
+
+
+def reached(cond: object, detail: str = "") -> None:
+    """Confirm the scenario's declared setup (its module-level `SETUP`) before it checks anything.
+
+    Falsy `cond`: status `inconclusive`, saying which state was missed and what was seen
+    (`detail`). Truthy: recorded as the metric `setup_reached`; a scenario that declares a
+    SETUP and ends without this confirmation is `inconclusive` too, never a pass.
+    """
+    setup = str(getattr(sys.modules.get("__main__"), "SETUP", "") or "the state it checks")
+    if not cond:
+        raise Inconclusive(f"did not reach its setup: {setup}" + (f" ({detail})" if detail else ""))
+    metric("setup_reached", True)
 
 
 def metric(name: str, value: MetricValue) -> None:

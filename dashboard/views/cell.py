@@ -8,10 +8,11 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, logic
+from harness import queries
 
 st.title("Cell")
 common.data_banner()
-cells = common.query("dashboard_cells")
+cells = common.query(queries.cell_summaries)
 ids = [str(c["cell_id"]) for c in cells]
 wanted = st.query_params.get("cell")
 if wanted in ids and st.session_state.get("cell_from_url") != wanted:
@@ -26,11 +27,11 @@ if st.query_params.get("cell") != cell_id:
     st.query_params["cell"] = cell_id
 focus = st.query_params.get("scenario", "")
 
-records = common.query("dashboard_cell_records", cell_id)
-outcomes = common.query("dashboard_cell_outcomes", cell_id)
+records = common.query(queries.cell_records, cell_id)
+outcomes = common.query(queries.cell_outcomes, cell_id)
 axes: dict[str, Any] = next((c for c in cells if c["cell_id"] == cell_id), {})
 versions = {a: axes.get(a) or (axes.get("versions") or {}).get(a, "") for a in logic.axis_order((axes.get("versions") or {}).keys())}
-versions = versions or {a: axes.get(a, "") for a in logic.AXIS_COLUMNS if axes.get(a)}
+versions = versions or {a: axes.get(a, "") for a in logic.AXIS_ORDER if axes.get(a)}
 
 for column, (axis, value) in zip(st.columns(len(versions)), versions.items()):
     column.metric(axis, value or "—")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common, logic
+from harness import queries
 
 st.title("Compare")
 common.data_banner()
-cells = common.query("dashboard_cells")
+cells = common.query(queries.cell_summaries)
 ids = [str(c["cell_id"]) for c in cells]
 if len(ids) < 2:
     st.info("This file holds a single cell: nothing to compare it with.")
@@ -36,15 +37,15 @@ if left.button("Open A", key="open_a"):
 if right.button("Open B", key="open_b"):
     common.open_cell(b)
 
-records_a, records_b = common.query("dashboard_cell_records", a), common.query("dashboard_cell_records", b)
+records_a, records_b = common.query(queries.cell_records, a), common.query(queries.cell_records, b)
 freeze_a = (records_a[0].get("installed") if records_a else None) or {}
 freeze_b = (records_b[0].get("installed") if records_b else None) or {}
 by_id = {c["cell_id"]: c for c in cells}
 for freeze, cell in ((freeze_a, by_id[a]), (freeze_b, by_id[b])):
-    for axis in logic.AXIS_COLUMNS:  # an env that did not build has no freeze: show the requested versions
+    for axis in logic.AXIS_ORDER:  # an env that did not build has no freeze: show the requested versions
         if cell.get(axis) and axis not in freeze:
             freeze[axis] = str(cell[axis])
-axes = logic.axis_order({*(by_id[a].get("versions") or {}), *(by_id[b].get("versions") or {})} or logic.AXIS_COLUMNS)
+axes = logic.axis_order({*(by_id[a].get("versions") or {}), *(by_id[b].get("versions") or {})} or logic.AXIS_ORDER)
 
 st.subheader("Versions")
 versions = logic.freeze_diff(freeze_a, freeze_b, axes)
@@ -58,7 +59,7 @@ st.dataframe(
 )
 
 st.subheader("Outcomes")
-diff = logic.outcome_diff(common.query("dashboard_cell_outcomes", a), common.query("dashboard_cell_outcomes", b))
+diff = logic.outcome_diff(common.query(queries.cell_outcomes, a), common.query(queries.cell_outcomes, b))
 st.caption(f"{int(diff['differs'].sum())} of {len(diff)} scenario(s) differ.")
 st.dataframe(
     diff.style.map(logic.colour_of, subset=["A", "B"]),

@@ -6,15 +6,29 @@ import altair as alt
 import streamlit as st
 
 from dashboard import common, logic
+from harness import queries
 
-COLUMNS = ["signature", "blames", "introduced in", "fixed in", "status", "cells", "outcomes", "flaky", "scenarios", "runs", "last seen"]
+COLUMNS = [
+    "signature",
+    "blames",
+    "introduced in",
+    "fixed in",
+    "machine difference",
+    "status",
+    "cells",
+    "outcomes",
+    "flaky",
+    "scenarios",
+    "runs",
+    "last seen",
+]
 
 st.title("Failures")
 common.data_banner()
-facets = common.query("dashboard_facets")
+facets = common.query(queries.facets)
 chosen = common.filters(facets)
 
-scopes = common.query("dashboard_transition_scopes")
+scopes = common.query(queries.transition_scopes)
 scope = ""
 if len(scopes) > 1:
     scope = st.sidebar.selectbox(
@@ -23,8 +37,8 @@ if len(scopes) > 1:
 elif scopes:
     scope = scopes[0]
 
-failures = common.query("dashboard_failures", chosen)
-summary = common.query("dashboard_transition_summary", scope)
+failures = common.query(queries.failure_summaries, chosen)
+summary = common.query(queries.transition_summary, scope)
 if not failures:
     st.success("No failures among the outcomes that match these filters.")
 else:
@@ -66,24 +80,37 @@ else:
     if right.button("Open an affected cell", key="open_example"):
         common.open_cell(str(row["example_cell"]), str(row["scenarios"][0]))
 
-    transitions = common.query("dashboard_transitions", signature, scope)
-    if transitions:
-        st.markdown("**Version timeline** — where this failure was introduced (red) and fixed (green), per library")
+    transitions = common.query(queries.transitions, scope, signature)
+    moves = [t for t in transitions if t["kind"] in ("introduced", "fixed")]
+    if moves:
+        st.markdown(
+            "**Version timeline** — where this failure was introduced (red) and fixed (green), per library: a dot is an exact "
+            "release (it and the release before it both ran); a bar is a range, between the last version seen on the old side "
+            "and the first on the new side, with releases in between that were not built"
+        )
         known = {axis: values for axis, values in facets.items() if axis not in ("scenario", "run_id", "platform", "gpu")}
-        for axis, points in logic.timeline(transitions, known).items():
-            versions = points.attrs["versions"]
-            base = alt.Chart(points).encode(
-                x=alt.X("version:N", sort=versions, scale=alt.Scale(domain=versions), title=axis, axis=alt.Axis(labelAngle=0)),
+        for axis, marks in logic.timeline(moves, known).items():
+            versions = marks.attrs["versions"]
+            x = alt.X("version:N", sort=versions, scale=alt.Scale(domain=versions), title=axis, axis=alt.Axis(labelAngle=0))
+            y = alt.Y("kind:N", title=None, sort=["introduced", "fixed"])
+            colour = alt.Color(
+                "kind:N", scale=alt.Scale(domain=list(logic.KIND_COLOURS), range=list(logic.KIND_COLOURS.values())), legend=None
             )
-            chart = base.mark_point(filled=True, opacity=0.9).encode(
-                y=alt.Y("kind:N", title=None, sort=["introduced", "fixed"]),
-                size=alt.Size("lines:Q", title="lines", scale=alt.Scale(range=[80, 600])),
-                color=alt.Color(
-                    "kind:N", scale=alt.Scale(domain=list(logic.KIND_COLOURS), range=list(logic.KIND_COLOURS.values())), legend=None
-                ),
-                tooltip=["kind", "version", "after", "lines", "scenarios"],
+            tooltip = ["answer", "lines", "scenarios"]
+            exact = (
+                alt.Chart(marks[marks["exact"]])
+                .mark_point(filled=True, opacity=0.9, size=160)
+                .encode(x=x, y=y, color=colour, tooltip=tooltip)
             )
-            st.altair_chart(chart.properties(height=110), width="stretch")
+            ranges = (
+                alt.Chart(marks[~marks["exact"]])
+                .mark_rule(strokeWidth=6, opacity=0.6)
+                .encode(
+                    x=alt.X("before:N", sort=versions, scale=alt.Scale(domain=versions)), x2="version:N", y=y, color=colour, tooltip=tooltip
+                )
+            )
+            st.altair_chart(alt.layer(ranges, exact).properties(height=110), width="stretch")
+    if transitions:
         with st.expander(f"All {len(transitions)} transition(s)"):
             st.dataframe(
                 [
@@ -93,7 +120,8 @@ else:
                         "axis": t["axis"],
                         "before": t["before"],
                         "after": t["after"],
-                        "description": t["description"],
+                        "answer": logic.answer_text(t) if t["kind"] in ("introduced", "fixed") else t["description"],
+                        "on": t.get("machine") or "",
                         "before cell": t["before_cell"],
                         "after cell": t["after_cell"],
                     }
@@ -105,7 +133,7 @@ else:
         st.caption("No transition of this signature: it fails on every version tried, or never between neighbouring versions.")
 
 st.header("Bisections")
-found = logic.bisections(common.query("dashboard_bisections"))
+found = logic.bisections(common.query(queries.bisection_probes))
 if not found:
     st.caption("No bisection in this file (`harness bisect` stores its probes under runs named bisect-<scenario>-<axis>).")
 for bisection in found:

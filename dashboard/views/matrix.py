@@ -9,10 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, logic
+from harness import queries
 
 st.title("Matrix")
 common.data_banner()
-facets = common.query("dashboard_facets")
+facets = common.query(queries.facets)
 chosen = common.filters(facets)
 by_gpu = st.sidebar.toggle("one row per cell and GPU", key="by_gpu", help="keep results from different GPUs apart")
 
@@ -21,8 +22,8 @@ by_gpu = st.sidebar.toggle("one row per cell and GPU", key="by_gpu", help="keep 
 def _matrix(
     version: tuple[str, int, int, int, int], chosen: dict[str, list[str]], by_gpu: bool
 ) -> tuple[logic.Matrix, pd.DataFrame, list[str], list[str]]:
-    counts = common.query("dashboard_matrix", chosen, by_gpu=by_gpu)
-    cells = common.query("dashboard_cells", chosen)
+    counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
+    cells = common.query(queries.cell_summaries, chosen)
     matrix = logic.build_matrix(counts, cells, by_gpu=by_gpu)
     shown = matrix.frame.copy()
     for scenario in matrix.scenarios:  # one-word lists: a MultiselectColumn draws them as coloured tags

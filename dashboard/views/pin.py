@@ -5,18 +5,20 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, logic, pinning
-from harness.pin import DEFAULT_RANKING, PinResult
+from dashboard import common, logic
+from harness import queries
+from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult
+from harness.pinning import pin_from_store
 
 st.title("Pin")
 overview = common.data_banner()
-facets = common.query("dashboard_facets")
+facets = common.query(queries.facets)
 axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _pass_rates(version: tuple[str, int, int, int, int]) -> pd.DataFrame:
-    matrix = logic.build_matrix(common.query("dashboard_matrix"), common.query("dashboard_cells"))
+    matrix = logic.build_matrix(common.query(queries.matrix_counts), common.query(queries.cell_summaries))
     rows = []
     for scenario in matrix.scenarios:
         words = matrix.frame[scenario]
@@ -35,7 +37,7 @@ columns = st.columns(len(axes) + 1)
 fixed: dict[str, str] = {}
 for column, axis in zip(columns, axes):
     common.keep(f"pin_{axis}", "any")
-    choice = column.selectbox(f"hold {axis}", ["any", *logic.sort_versions(facets[axis])], key=f"pin_{axis}")
+    choice = column.selectbox(f"hold {axis}", ["any", *logic.sort_values(facets[axis])], key=f"pin_{axis}")
     common.remember(f"pin_{axis}")
     if choice != "any":
         fixed[axis] = str(choice)
@@ -49,16 +51,13 @@ if not scenarios:
     st.stop()
 
 
-@st.cache_data(show_spinner="choosing…", max_entries=32)
-def _pin(version: tuple[str, int, int, int, int], scenarios: tuple[str, ...], fixed: dict[str, str], gpu: str) -> PinResult:
-    pushed = {axis: [value] for axis, value in fixed.items()}  # the same cut as the constraints, done by DuckDB
-    if gpu:
-        pushed["gpu"] = [gpu]
-    rows = common.query("dashboard_pin_rows", list(scenarios), pushed)
-    return pinning.pin(rows, scenarios, pinning.constraints(fixed, gpu), lambda cell: common.query("dashboard_cell_records", cell))
+def _held(fixed: dict[str, str], gpu: str) -> Constraints:
+    """Exact axis versions (`==`; `2.13.0` also admits `2.13.0+cpu`) and a GPU: what the page holds."""
+    return Constraints(tuple((axis, f"=={value}") for axis, value in sorted(fixed.items()) if value), gpu)
 
 
-result = _pin(common.version(), tuple(scenarios), fixed, "" if gpu == "any" else str(gpu))
+with st.spinner("choosing…"):
+    result: PinResult = common.query(pin_from_store, tuple(scenarios), _held(fixed, "" if gpu == "any" else str(gpu)), DEFAULT_RANKING)
 if not result.found:
     st.error("No stored version set passes every chosen scenario.")
     st.code("\n".join(result.describe()), language=None)
@@ -70,7 +69,7 @@ for column, (axis, value) in zip(cols, result.versions):
     column.metric(axis, value)
 st.markdown(
     f"Evidence: cell {', '.join(f'`{c}`' for c in result.cell_ids)} · run(s) {', '.join(f'`{r}`' for r in result.runs)} · "
-    f"GPU {', '.join(result.gpus) or '?'} · {', '.join(result.platforms) or '?'} · python {result.python or '?'} · "
+    f"on {'; '.join(result.machines) or '?'} · "
     f"{result.first_seen} … {result.last_seen} UTC · {result.qualifying} of {result.candidates} candidate cell(s) pass everything"
 )
 st.dataframe(

@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from harness import queries
 from harness.outcome import CellRecord, Outcome, Status
 from harness.store import MIGRATIONS, Store
 from tests.conftest import run_cli
@@ -20,6 +21,12 @@ SIG = (
 )
 R1, R2 = "r-0000000001", "r-0000000002"
 HELD = "torch 2.13.0, transformers {tf}, peft 0.19.1, bitsandbytes 0.49.2"
+CPU = "cpu · linux-x86_64 · Python 3.11"
+#: what the index listed for the runs, as a sweep stores it: 1.14.0 lies between 1.13.0 and 1.15.0
+RELEASES = {
+    "accelerate": [("1.13.0", None), ("1.14.0", None), ("1.15.0", None)],
+    "transformers": [("5.4.0", None), ("5.6.2", None), ("5.23.0", None)],
+}
 
 
 def versions(tf: str, acc: str) -> dict[str, str]:
@@ -71,20 +78,20 @@ def db(tmp_path: Path) -> Path:
         store_cell(store, R1, "5.4.0", "1.15.0", [Status.NOT_APPLICABLE])
         store_cell(store, R1, "5.6.2", "1.13.0", [Status.PASS], scenario=OTHER_SCENARIO)
         store_cell(store, R2, "5.6.2", "1.14.0", [Status.ERROR])
+        store.record_releases(R1, RELEASES)
     return path
 
 
 def stored(db: Path) -> list[dict[str, object]]:
     with Store(db, read_only=True) as store:
-        return store.transitions()
+        return queries.transitions(store)
 
 
 def test_attribute_one_run_prints_and_stores_the_fix(db: Path) -> None:
-    proc = run_cli("attribute", "--db", str(db), "--run-id", R1)
+    proc = run_cli("attribute", "--db", str(db), "--run-id", R1, "--offline")
     assert proc.returncode == 0, proc.stderr
-    assert "transitions" in proc.stdout and "fixed in accelerate" in proc.stdout
-    assert "1.14.0 (after 1.13.0)" in proc.stdout
-    assert "2 transition(s), 0 flaky cell(s)" in proc.stdout
+    assert "transitions" in proc.stdout and "fixed in accelerate 1.14.0 (after 1.13.0)" in proc.stdout
+    assert "2 transition(s) (2 exact, 0 range(s)), 0 machine difference(s), 0 flaky cell(s)" in proc.stdout
     rows = stored(db)
     assert [(r["scope"], r["scenario"], r["axis"], r["kind"], r["before"], r["after"]) for r in rows] == [
         (R1, SCENARIO, "accelerate", "fixed", "1.13.0", "1.14.0"),
@@ -104,14 +111,16 @@ def test_attribute_one_run_prints_and_stores_the_fix(db: Path) -> None:
 
 
 def test_attribute_json_over_all_runs_pools_repeats(db: Path) -> None:
-    proc = run_cli("attribute", "--db", str(db), "--json")
+    proc = run_cli("attribute", "--db", str(db), "--json", "--offline")
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     # run 2's failure makes 1.14.0 flaky with transformers 5.6.2: that line's fix becomes a range
     assert [r["description"] for r in records if r["kind"] != "flaky"] == [
-        f"fixed in accelerate (1.13.0, 1.15.0] — inconclusive: 1.14.0 (flaky 1/3) — with {HELD.format(tf='5.6.2')}",
-        f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD.format(tf='5.23.0')}",
+        "fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (flaky 1/3)"
+        f" — with {HELD.format(tf='5.6.2')} on {CPU}",
+        f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD.format(tf='5.23.0')} on {CPU}",
     ]
+    assert [r["how"] for r in records] == ["range", "built", "flaky"]
     (flaky,) = [r for r in records if r["kind"] == "flaky"]
     assert (flaky["cell_id"], flaky["failed"], flaky["repeats"], flaky["runs"]) == (cell_id("5.6.2", "1.14.0"), 1, 3, [R1, R2])
     rows = stored(db)
@@ -119,14 +128,37 @@ def test_attribute_json_over_all_runs_pools_repeats(db: Path) -> None:
     assert {r["scope"] for r in rows} == {""}
 
 
+def test_an_axis_whose_releases_were_never_listed_gives_only_ranges(tmp_path: Path, db: Path) -> None:
+    # a file with no list of the index's releases, read offline: nothing can be said to lie
+    # between 1.13.0 and 1.14.0, so "fixed in 1.14.0" would claim more than is known
+    with Store(db) as store:
+        store.con.execute("DELETE FROM releases")
+    proc = run_cli("attribute", "--db", str(db), "--run-id", R1, "--offline")
+    assert proc.returncode == 0, proc.stderr
+    assert "fixed in accelerate" not in proc.stdout
+    assert "the index's releases of accelerate, transformers could not be listed: changes along them are ranges" in proc.stdout
+    assert [r["untested"] for r in stored(db)] == [["any release between (the index's releases were not listed)"]] * 2
+
+
+def test_attribute_online_takes_the_index_list(db: Path) -> None:
+    # without --offline the index is asked (PyPI here): its accelerate list has 1.14.0 between
+    with Store(db) as store:
+        store.con.execute("DELETE FROM releases")
+    proc = run_cli("attribute", "--db", str(db), "--run-id", R1)
+    assert proc.returncode == 0, proc.stderr
+    assert "fixed in accelerate 1.14.0 (after 1.13.0)" in proc.stdout
+    with Store(db, read_only=True) as store:
+        assert "1.14.0" in queries.known_releases(store)["accelerate"]
+
+
 def test_attribute_replaces_only_its_own_scope_and_scenarios(db: Path) -> None:
-    assert run_cli("attribute", "--db", str(db)).returncode == 0
-    assert run_cli("attribute", "--db", str(db), "--run-id", R1).returncode == 0
+    assert run_cli("attribute", "--db", str(db), "--offline").returncode == 0
+    assert run_cli("attribute", "--db", str(db), "--run-id", R1, "--offline").returncode == 0
     before = stored(db)
     assert len(before) == 5  # 2 + 1 flaky for all runs, 2 for run 1
     # a rerun replaces, never appends; another scenario's rerun leaves these rows alone
-    assert run_cli("attribute", "--db", str(db)).returncode == 0
-    proc = run_cli("attribute", "--db", str(db), "--scenario", OTHER_SCENARIO)
+    assert run_cli("attribute", "--db", str(db), "--offline").returncode == 0
+    proc = run_cli("attribute", "--db", str(db), "--scenario", OTHER_SCENARIO, "--offline")
     assert proc.returncode == 0, proc.stderr
     assert "no transitions" in proc.stdout
     after = stored(db)
@@ -181,8 +213,8 @@ def test_a_file_from_before_attribution_reads_as_no_transitions(tmp_path: Path) 
         con.execute("INSERT INTO schema_migrations VALUES (?, now())", [name])
     con.close()
     with Store(path, read_only=True) as store:
-        assert store.transitions() == []
+        assert queries.transitions(store) == []
     with Store(path) as store:  # opening it for writing adds the table
         assert "0003_transitions" in store.applied_migrations()
         assert store.replace_transitions([{"scenario": "s", "signature": "x", "axis": "peft", "kind": "fixed", "held": {}}]) == 1
-        assert [(r["scope"], r["kind"], r["held"]) for r in store.transitions()] == [("", "fixed", {})]
+        assert [(r["scope"], r["kind"], r["held"]) for r in queries.transitions(store)] == [("", "fixed", {})]

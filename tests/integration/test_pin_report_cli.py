@@ -95,6 +95,10 @@ def db(tmp_path: Path) -> Path:
     settings = {"python": "3.11", "find_links": ["$PIP_FIND_LINKS"], "index_url": "", "extra_index_urls": [], "no_index": False}
     with Store(path) as store:
         store.ensure_run(RUN, "matrix.toml", "[axes]", settings, "0.1.0", {"platform": "linux-x86_64", "gpu": "cpu", "gpus": []})
+        # what a sweep stores: the index's releases of each axis (nothing unbuilt lies between these)
+        store.record_releases(
+            RUN, {"accelerate": [(v, None) for v in ("1.13.0", "1.14.0", "1.15.0")], "transformers": [("5.6.2", None), ("5.23.0", None)]}
+        )
         for tf in ("5.6.2", "5.23.0"):
             for acc in ("1.13.0", "1.14.0", "1.15.0"):
                 versions = {"torch": "2.13.0", "transformers": tf, "accelerate": acc, "peft": "0.19.1", "bitsandbytes": "0.49.2"}
@@ -124,7 +128,7 @@ def test_pin_writes_requirements_constraints_and_a_lock(db: Path, tmp_path: Path
         "  peft          0.19.1",
         "  bitsandbytes  0.49.2",
     ]
-    assert f"evidence: cell {NEWEST}; run {RUN}; 2026-11-21; GPU cpu; linux-x86_64; python 3.11" in lines
+    assert f"evidence: cell {NEWEST}; run {RUN}; 2026-11-21; on cpu · linux-x86_64 · Python 3.11" in lines
     assert "4 of 6 candidate cell(s) pass every chosen scenario" in lines
     assert any(
         line.startswith("pip install ")
@@ -180,7 +184,8 @@ def test_report_for_a_signature(db: Path, tmp_path: Path) -> None:
     assert "**Cross-link:** huggingface/peft (`peft/peft_model.py:load_adapter`)" in body
     assert "| torch | **transformers** | **accelerate** | peft | bitsandbytes |" in body
     assert f"| 2.13.0+cpu | **5.23.0** | **1.13.0** | 0.19.1 | 0.49.2 | **fails** (error) 2/2 | `{cell_id('5.23.0', '1.13.0')}` |" in body
-    assert f"- `{LOAD}`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix:" in body
+    machine = "cpu · linux-x86_64 · Python 3.11"
+    assert f"- `{LOAD}`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix ({machine}):" in body
     assert "  - with torch 2.13.0, transformers 5.23.0, peft 0.19.1, bitsandbytes 0.49.2" in body
     assert f"harness sweep --matrix matrix.toml --cell {cell_id('5.23.0', '1.13.0')} --scenario {LOAD}" in body
     assert f"python scenarios/{LOAD}.py" in body

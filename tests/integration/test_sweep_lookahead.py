@@ -11,8 +11,9 @@ import pytest
 from harness.envs import EnvResult
 from harness.matrix import Cell
 from harness.outcome import Outcome
+from harness.schedule import Feed
 from harness.shardfile import open_store
-from harness.sweep import Sweep, SweepOptions, _Feed, _Prepared, plan
+from harness.sweep import Sweep, SweepOptions, _close_runner, _Prepared, plan
 from tests.integration.test_sweep_light import write_matrix
 
 
@@ -80,7 +81,7 @@ def test_the_feed_prepares_ahead_in_order_but_never_more_than_ahead() -> None:
         most[0] = max(most[0], len(started) - taken[0])
         return _prepared(cell)
 
-    feed = _Feed([(c, []) for c in "abcde"], prepare, ahead=1)  # type: ignore[misc]
+    feed = Feed([(c, []) for c in "abcde"], lambda item: prepare(*item), ahead=1, dispose=_close_runner)
     got = []
     while (item := feed.next()) is not None:
         time.sleep(0.05)  # "running" the cell: the next one is prepared meanwhile
@@ -94,7 +95,7 @@ def test_the_feed_prepares_ahead_in_order_but_never_more_than_ahead() -> None:
 def test_any_job_takes_the_next_prepared_cell() -> None:
     # two jobs; whichever asks first gets the next cell: a prepared cell is never bound to a
     # job that is still busy while another sits idle
-    feed = _Feed([(c, []) for c in "abc"], lambda cell, todo: _prepared(cell), ahead=2)  # type: ignore[misc]
+    feed = Feed([(c, []) for c in "abc"], lambda item: _prepared(item[0]), ahead=2, dispose=_close_runner)
     first, second = feed.next(), feed.next()
     assert {first.cell, second.cell} == {"a", "b"}  # type: ignore[union-attr]
     third: list[object] = []
@@ -114,7 +115,7 @@ def test_a_failed_preparation_reaches_the_job_and_close_frees_what_is_left() -> 
         made[cell] = _prepared(cell)
         return made[cell]
 
-    feed = _Feed([(c, []) for c in "abc"], prepare, ahead=1)  # type: ignore[misc]
+    feed = Feed([(c, []) for c in "abc"], lambda item: prepare(*item), ahead=1, dispose=_close_runner)
     assert feed.next() is made["a"]
     with pytest.raises(RuntimeError, match="fork server"):
         feed.next()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.attribution import Transition, attribute, seen_versions, to_rows
+from harness.analysis.attribution import Transition, attribute, seen_versions, to_rows
 from harness.summary import render, render_transitions
 
 SIG = (
@@ -74,21 +74,21 @@ CASES = [
         # pass -> fail between neighbouring releases: a point, with the other axes named
         rows_of(cell("pass", accelerate="1.13.0"), cell("has", accelerate="1.14.0")),
         {},
-        [(SIG, f"introduced in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}")],
+        [(SIG, f"introduced in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}")],
         id="simple-introduced",
     ),
     pytest.param(
         # fail -> pass -> pass: one fix, not one per clean neighbour
         rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0"), cell("pass", accelerate="1.15.0")),
         {},
-        [(SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}")],
+        [(SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}")],
         id="simple-fixed",
     ),
     pytest.param(
         # releases the index knows but the sweep skipped make a range; 1.16.0 lies outside it
         rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.15.0")),
         {"known_versions": {"accelerate": ["1.13.0", "1.14.0", "1.14.1", "1.15.0", "1.16.0"]}},
-        [(SIG, f"fixed in accelerate (1.13.0, 1.15.0] — untested: 1.14.0, 1.14.1 — with {HELD_ACC}")],
+        [(SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0, 1.14.1 — with {HELD_ACC}")],
         id="gap-gives-range",
     ),
     pytest.param(
@@ -99,7 +99,7 @@ CASES = [
             cell("pass", accelerate="1.14.0", peft="0.21.2"),
         ),
         {},
-        [(SIG, f"fixed in accelerate (1.13.0, 1.15.0] — untested: 1.14.0 — with {HELD_ACC}")],
+        [(SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0 — with {HELD_ACC}")],
         id="gap-known-from-other-lines",
     ),
     pytest.param(
@@ -107,8 +107,8 @@ CASES = [
         rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0"), cell("has", accelerate="1.15.0")),
         {},
         [
-            (SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}"),
-            (SIG, f"introduced in accelerate 1.15.0 (after 1.14.0) with {HELD_ACC}"),
+            (SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}"),
+            (SIG, f"introduced in accelerate 1.15.0 (after 1.14.0) — with {HELD_ACC}"),
         ],
         id="comes-back",
     ),
@@ -123,14 +123,14 @@ CASES = [
         # ... and not_applicable between a failure and a pass widens the fix to a range
         rows_of(cell("has", transformers="5.5.0"), cell("n/a", transformers="5.5.1"), cell("pass", transformers="5.6.2")),
         {},
-        [(SIG, f"fixed in transformers (5.5.0, 5.6.2] — inconclusive: 5.5.1 (not_applicable) — with {HELD_TF}")],
+        [(SIG, f"fixed between transformers 5.5.0 (fails) and 5.6.2 (passes); inconclusive: 5.5.1 (not_applicable) — with {HELD_TF}")],
         id="not-applicable-between",
     ),
     pytest.param(
         # an env that did not build says nothing either way
         rows_of(cell("unresolvable", accelerate="1.12.0"), cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0")),
         {},
-        [(SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}")],
+        [(SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}")],
         id="unresolvable-is-skipped",
     ),
     pytest.param(
@@ -139,8 +139,8 @@ CASES = [
         rows_of(cell("has", accelerate="1.13.0"), cell("other", accelerate="1.14.0"), cell("pass", accelerate="1.15.0")),
         {},
         [
-            (OTHER, f"fixed in accelerate 1.15.0 (after 1.14.0) with {HELD_ACC}"),
-            (SIG, f"fixed in accelerate (1.13.0, 1.15.0] — inconclusive: 1.14.0 (other failure) — with {HELD_ACC}"),
+            (OTHER, f"fixed in accelerate 1.15.0 (after 1.14.0) — with {HELD_ACC}"),
+            (SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (other failure) — with {HELD_ACC}"),
         ],
         id="other-signature-is-a-skip",
     ),
@@ -148,7 +148,7 @@ CASES = [
         # 1.14.0 fails in 2 of 3 repeats: stepped over, so the fix is a range naming it
         rows_of(cell("has", accelerate="1.13.0"), cell("has pass has", accelerate="1.14.0"), cell("pass", accelerate="1.15.0")),
         {},
-        [(SIG, f"fixed in accelerate (1.13.0, 1.15.0] — inconclusive: 1.14.0 (flaky 2/3) — with {HELD_ACC}")],
+        [(SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (flaky 2/3) — with {HELD_ACC}")],
         id="flaky-is-stepped-over",
     ),
     pytest.param(
@@ -169,8 +169,8 @@ CASES = [
         ),
         {},
         [
-            (SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}, bitsandbytes 0.49.2"),
-            (SIG, f"fixed in bitsandbytes 0.50.0 (after 0.49.2) with {HELD_ALL}"),
+            (SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}, bitsandbytes 0.49.2"),
+            (SIG, f"fixed in bitsandbytes 0.50.0 (after 0.49.2) — with {HELD_ALL}"),
         ],
         id="either-of-two-libraries",
     ),
@@ -183,7 +183,13 @@ CASES = [
             cell("pass", run="r2", commit=SHA_NEW, started="2026-04-01T09:00:00", accelerate=ACC_MAIN),
         ),
         {"commit_order": COMMITS},
-        [(SIG, f"fixed in accelerate (main@ffffffffffff, main@000000000000] — untested: 777777777777 — with {HELD_ACC}")],
+        [
+            (
+                SIG,
+                "fixed between accelerate main@ffffffffffff (fails) and main@000000000000 (passes); not built: 777777777777"
+                f" — with {HELD_ACC}",
+            )
+        ],
         id="git-commit-order",
     ),
     pytest.param(
@@ -194,7 +200,7 @@ CASES = [
             cell("pass", run="r2", commit=SHA_NEW, started="2026-04-20 09:00:00", accelerate=ACC_MAIN),
         ),
         {},
-        [(SIG, f"fixed in accelerate main@000000000000 (after main@ffffffffffff) with {HELD_ACC}")],
+        [(SIG, f"fixed in accelerate main@000000000000 (after main@ffffffffffff) — with {HELD_ACC}")],
         id="git-by-first-tested",
     ),
     pytest.param(
@@ -207,8 +213,8 @@ CASES = [
         ),
         {},
         [
-            (SIG, f"fixed in accelerate main@000000000000 (after 1.13.0) with {HELD_ACC}"),
-            (SIG, f"introduced in accelerate main@ffffffffffff (after main@000000000000) with {HELD_ACC}"),
+            (SIG, f"fixed in accelerate main@000000000000 (after 1.13.0) — with {HELD_ACC}"),
+            (SIG, f"introduced in accelerate main@ffffffffffff (after main@000000000000) — with {HELD_ACC}"),
         ],
         id="git-by-value-last-resort",
     ),
@@ -217,14 +223,14 @@ CASES = [
         # and every release newer than `before` is untested when `after` is a git source
         rows_of(cell("has", accelerate="1.13.0"), cell("pass", commit=SHA_NEW, accelerate=ACC_MAIN)),
         {"known_versions": {"accelerate": ["1.12.0", "1.13.0", "1.14.0"]}},
-        [(SIG, f"fixed in accelerate (1.13.0, main@000000000000] — untested: 1.14.0 — with {HELD_ACC}")],
+        [(SIG, f"fixed between accelerate 1.13.0 (fails) and main@000000000000 (passes); not built: 1.14.0 — with {HELD_ACC}")],
         id="git-after-releases",
     ),
     pytest.param(
         # rows arrive in any order, and 1.10.0 > 1.9.0 (as strings it would be the other way round)
         list(reversed(rows_of(cell("has", accelerate="1.9.0"), cell("pass", accelerate="1.10.0"), cell("pass", accelerate="1.11.0")))),
         {},
-        [(SIG, f"fixed in accelerate 1.10.0 (after 1.9.0) with {HELD_ACC}")],
+        [(SIG, f"fixed in accelerate 1.10.0 (after 1.9.0) — with {HELD_ACC}")],
         id="unsorted-rows-version-order",
     ),
 ]
@@ -265,7 +271,7 @@ def test_rows_without_versions_fall_back_to_axis_columns() -> None:
     for row in rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0")):
         versions = row.pop("versions")
         rows.append({**row, **versions})
-    assert [t.describe() for t in attribute(rows).transitions] == [f"fixed in accelerate 1.14.0 (after 1.13.0) with {HELD_ACC}"]
+    assert [t.describe() for t in attribute(rows).transitions] == [f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}"]
 
 
 def test_rows_without_any_versions_are_ignored() -> None:
@@ -286,7 +292,7 @@ def test_a_cell_passing_sometimes_and_failing_otherwise_is_not_flaky_for_a_signa
     result = attribute(rows)
     assert [(f.signature, f.failed, f.repeats) for f in result.flaky] == [(OTHER, 1, 2)]
     assert [t.describe() for t in result.transitions if t.signature == SIG] == [
-        f"fixed in accelerate (1.13.0, 1.15.0] — inconclusive: 1.14.0 (other failure) — with {HELD_ACC}"
+        f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (other failure) — with {HELD_ACC}"
     ]
 
 
@@ -312,11 +318,11 @@ def test_scenarios_are_kept_apart() -> None:
 
 def test_describe_caps_a_long_untested_list() -> None:
     t = Transition(
-        "s", SIG, "transformers", "fixed", "5.0.0", "5.9.0", (("torch", "2.13.0"),), untested=tuple(f"5.{i}.0" for i in range(1, 9))
+        "s", SIG, "transformers", "fixed", "5.0.0", "5.9.0", (("torch", "2.13.0"),), not_built=tuple(f"5.{i}.0" for i in range(1, 9))
     )
     assert (
-        t.describe()
-        == "fixed in transformers (5.0.0, 5.9.0] — untested: 5.1.0, 5.2.0, 5.3.0, 5.4.0, 5.5.0, 5.6.0 and 2 more — with torch 2.13.0"
+        t.describe() == "fixed between transformers 5.0.0 (fails) and 5.9.0 (passes); not built: 5.1.0, 5.2.0, 5.3.0, 5.4.0, 5.5.0, 5.6.0"
+        " and 2 more — with torch 2.13.0"
     )
     single_axis = Transition("s", SIG, "peft", "introduced", "0.19.1", "0.21.2", ())
     assert single_axis.describe() == "introduced in peft 0.21.2 (after 0.19.1)"
@@ -341,7 +347,7 @@ def test_seen_versions() -> None:
 def test_sweep_summary_names_the_transitions() -> None:
     rows = rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0"))
     buffer = io.StringIO()
-    render(rows, Console(file=buffer, width=400, color_system=None), title="run r1")
+    render(rows, Console(file=buffer, width=400, color_system=None), title="run r1", attribution=attribute(rows))
     text = buffer.getvalue()
     assert "transitions" in text
     assert "fixed in accelerate" in text and "1.14.0 (after 1.13.0)" in text
@@ -350,7 +356,7 @@ def test_sweep_summary_names_the_transitions() -> None:
 def test_summary_without_transitions_prints_no_transitions_table() -> None:
     rows = rows_of(cell("has", accelerate="1.13.0"), cell("has", accelerate="1.14.0"))
     buffer = io.StringIO()
-    render(rows, Console(file=buffer, width=400, color_system=None))
+    render(rows, Console(file=buffer, width=400, color_system=None), attribution=attribute(rows))
     assert "failure signatures" in buffer.getvalue() and "transitions" not in buffer.getvalue()
 
 

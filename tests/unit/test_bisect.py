@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.bisect import BisectError, Probe, Verdict, bisect, repeat_verdict
+from harness.analysis.bisect import BisectError, Probe, Verdict, bisect, repeat_verdict
 
 G, B, S = Verdict.GOOD, Verdict.BAD, Verdict.SKIP
 

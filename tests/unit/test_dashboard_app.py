@@ -29,9 +29,12 @@ sys.path.insert(0, str(REPO))  # dashboard/ is not part of the installed package
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboard import common, logic, pinning  # noqa: E402
-from harness.attribution import attribute, seen_versions, to_rows  # noqa: E402
+from dashboard import common, logic  # noqa: E402
+from harness import queries  # noqa: E402
+from harness.analysis.attribution import attribute, seen_versions, to_rows  # noqa: E402
+from harness.analysis.pin import Constraints  # noqa: E402
 from harness.outcome import CellRecord, Outcome, Status  # noqa: E402
+from harness.pinning import pin_from_store  # noqa: E402
 from harness.store import Store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
@@ -115,7 +118,7 @@ def build_store(path: Path) -> Path:
             store.add_outcome(
                 outcome(bisect, cell_id("A", acc), "load", status, SIG_LOAD if status == "error" else "", f"2026-11-03T10:0{i}:00")
             )
-        rows = store.outcomes()
+        rows = queries.outcome_rows(store)
         store.replace_transitions(to_rows(attribute(rows, known_versions=seen_versions(rows))))
     return path
 
@@ -286,7 +289,11 @@ def test_failures_list_signatures_with_blame_reach_and_attribution(app: AppTest)
     assert list(table.index[:1]) == [SIG_LOAD]  # the most cells first
     assert table.loc[SIG_LOAD, "blames"] == "accelerate"
     assert table.loc[SIG_LOAD, "cells"] == 3  # A, C and the bisection's 1.13.1
-    assert table.loc[SIG_LOAD, "fixed in"] == "accelerate 1.14.0"
+    # Exact only where 1.14.0 and the release before it (1.13.1, the bisection's) both ran on one
+    # machine: the CPU line with transformers 5.6.2. Elsewhere 1.13.1 was not built: a range.
+    fixed = table.loc[SIG_LOAD, "fixed in"]
+    assert "accelerate 1.14.0 (after 1.13.1) on cpu · linux-x86_64 · Python 3.11" in fixed
+    assert "between accelerate 1.13.0 (fails) and 1.14.0 (passes); not built: 1.13.1 on NVIDIA H200 · linux-x86_64 · Python 3.11" in fixed
     assert table.loc[SIG_GPU, "status"] == "fail"
     assert app.get("vega_lite_chart"), "the version timeline is drawn"
 
@@ -398,28 +405,29 @@ def test_pin_button_chooses_every_scenario_that_passes_somewhere(app: AppTest) -
 
 def test_pin_files_hold_the_full_freeze(db: Path) -> None:
     with Store(db, read_only=True) as store:
-        rows = store.dashboard_pin_rows(["load", "lora"], {"gpu": ["cpu"]})
-        result = pinning.pin(rows, ["load", "lora"], pinning.constraints({}, "cpu"), store.dashboard_cell_records)
+        result = pin_from_store(store, ["load", "lora"], Constraints(gpu="cpu"))
     assert "transformers==5.23.0\naccelerate==1.14.0" in result.to_requirements()
     constraints = result.to_constraints()
     assert "numpy==2.3.4" in constraints and "torch==2.13.0+cpu" in constraints  # beyond the axes
-    assert "GPU cpu" in result.header()
+    assert "on cpu · linux-x86_64 · Python 3.11" in result.header()  # the machine it passed on
 
 
 # -- the query functions the pages use -------------------------------------------------------
 def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
     with Store(db, read_only=True) as store:
-        assert store.dashboard_overview()["outcomes"] == 19
-        facets = store.dashboard_facets()
+        assert queries.overview(store)["outcomes"] == 19
+        facets = queries.facets(store)
         assert facets["gpu"] == ["NVIDIA H200", "cpu"] and "1.13.1" in facets["accelerate"]
-        counts = store.dashboard_matrix({"accelerate": ["1.14.0"], "scenario": ["lora"]})
+        counts = queries.matrix_counts(store, {"accelerate": ["1.14.0"], "scenario": ["lora"]})
         assert {(r["cell_id"], r["pass"], r["fail"]) for r in counts} == {(cell_id("B"), 2, 0), (cell_id("D"), 1, 1)}
         # an axis outside the five columns is read from the cells' JSON
-        assert len(store.dashboard_matrix({"numpy": ["2.3.4"]})) == 4
-        runs = {r["run_id"]: r for r in store.dashboard_runs()}
+        assert len(queries.matrix_counts(store, {"numpy": ["2.3.4"]})) == 4
+        runs = {r["run_id"]: r for r in queries.run_summaries(store)}
         assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 8
-        assert [t["axis"] for t in store.dashboard_transitions(SIG_LOAD)] == ["accelerate"] * 2
-        outcomes = store.dashboard_cell_outcomes(cell_id("A"))
+        found = queries.transitions(store, "", SIG_LOAD)  # per machine: the CPU's two lines, the H200's two
+        assert [t["axis"] for t in found] == ["accelerate"] * 4
+        assert sorted(t["machine"].split(" · ")[0] for t in found) == ["NVIDIA H200", "NVIDIA H200", "cpu", "cpu"]
+        outcomes = queries.cell_outcomes(store, cell_id("A"))
         assert outcomes[0]["metrics"]["peak_rss_mib"] == 1234.5 and outcomes[0]["traceback"]
 
 
@@ -443,7 +451,7 @@ def test_fold(counts: dict[str, int], word: str) -> None:
 
 def test_versions_sort_as_versions_and_sources_last() -> None:
     values = ["5.10.4", "git+https://github.com/x/y@main", "5.6.2", "5.23.0", "5.6.10"]
-    assert logic.sort_versions(values) == ["5.6.2", "5.6.10", "5.10.4", "5.23.0", "git+https://github.com/x/y@main"]
+    assert logic.sort_values(values) == ["5.6.2", "5.6.10", "5.10.4", "5.23.0", "git+https://github.com/x/y@main"]
 
 
 def test_selected_cell_maps_grid_positions_to_cells() -> None:

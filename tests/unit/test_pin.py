@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from harness.analysis.pin import Constraints, PinResult, Sources, choose
+from harness.analysis.rows import installed as axis_versions
 from harness.errors import BadInput
-from harness.pin import Constraints, PinResult, Sources, axis_versions, choose
 
 SIG = (
     "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized'"
@@ -237,7 +238,8 @@ def test_evidence_names_runs_dates_gpu_and_python() -> None:
     assert (result.first_seen, result.last_seen) == ("2026-11-20 09:00", "2026-11-21 12:30")
     assert (result.gpus, result.platforms, result.python) == (("cpu",), ("linux-x86_64",), "3.11")
     assert [(e.scenario, e.passed) for e in result.evidence] == [("load", 2), ("lora", 1)]
-    assert "run r1, r2; 2026-11-20..2026-11-21; GPU cpu; linux-x86_64; python 3.11" in "\n".join(result.describe())
+    assert result.machines == ("cpu · linux-x86_64 · Python 3.11",)
+    assert "run r1, r2; 2026-11-20..2026-11-21; on cpu · linux-x86_64 · Python 3.11" in "\n".join(result.describe())
 
 
 # -- nothing passes --------------------------------------------------------------------------

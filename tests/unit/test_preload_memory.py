@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.culprits import dist_version as _dist_version
 from harness.matrix import DEFAULT_PRELOAD
-from harness.sweep import _dist_version
 
 FREEZE = {"torch": "2.11.0", "bitsandbytes": "0.49.2", "huggingface-hub": "1.33.0", "peft": "0.21.0"}
 
@@ -56,7 +56,8 @@ def test_cuda_runtime_is_read_without_importing_torch(tmp_path) -> None:  # type
 
 
 def test_culprits_outlive_the_sweep_and_merge_with_a_parallel_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from harness.sweep import load_culprits, save_culprits
+    from harness.culprits import load as load_culprits
+    from harness.culprits import save as save_culprits
 
     path = tmp_path / "envs" / "cuda-culprits.json"
     assert load_culprits(path) == set()  # none yet

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from harness.attribution import attribute, to_rows
-from harness.report import code, libraries_in_trace, render_cell_report, render_signature_report, repository, shorten_paths
+from harness.analysis.attribution import attribute, to_rows
+from harness.analysis.report import code, libraries_in_trace, render_cell_report, render_signature_report, repository, shorten_paths
 
 ENV = "/tmp/envs/torch2.13.0-tf5.6.2-acc1.13.0-peft0.19.1-bnb0.49-1b611bb6262b/lib/python3.11/site-packages"
 SIG = (
@@ -146,7 +146,8 @@ SIGNATURE_REPORT_HAS = [
     pytest.param("| torch | 2.13.0+cpu |\n| transformers | 5.23.0 |\n| accelerate | 1.13.0 |", id="environment"),
     pytest.param("numpy==2.4.6", id="full-freeze"),
     pytest.param(
-        "- `gemma4_peft_split_4bit_load`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix:\n"
+        "- `gemma4_peft_split_4bit_load`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix"
+        " (cpu · linux-x86_64 · Python 3.11):\n"
         "  - with torch 2.13.0, transformers 5.6.2, peft 0.19.1, bitsandbytes 0.49.2\n"
         "  - with torch 2.13.0, transformers 5.23.0, peft 0.19.1, bitsandbytes 0.49.2\n",
         id="attribution",
@@ -250,7 +251,7 @@ def test_cell_report_shows_the_cell_its_neighbours_and_each_failure() -> None:
     assert f"`{cell_id('5.6.2', '1.14.0')}` |" in body and f"`{cell_id('5.23.0', '1.13.0')}` |" in body  # one axis away
     assert cell_id("5.23.0", "1.14.0") not in body  # two axes away: not a neighbour
     assert "**File at:** huggingface/accelerate" in body
-    assert "- `gemma4_peft_split_4bit_load`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix:" in body
+    assert "- `gemma4_peft_split_4bit_load`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix (cpu ·" in body
     assert "numpy==2.4.6" in body
     assert '```text\nTraceback (most recent call last):\n  File "harness/child.py"' in body
     assert f"--cell {cell_id()} --scenario {SCENARIO}" in body
@@ -297,6 +298,10 @@ def test_attribution_groups_one_change_seen_on_many_lines() -> None:
     body = render_signature_report(SIG, thread_rows(), [*ranges, *points])
     assert f"- `{SCENARIO}`: fixed in accelerate 1.14.0 (after 1.13.0), on 5 line(s) of the matrix:" in body
     assert "  - with torch 2.13.0, transformers 5.8.1" not in body and "  - … 2 more" in body  # three lines shown
-    assert f"- `{SCENARIO}`: fixed in accelerate (1.13.0, 1.15.0], on 2 line(s) of the matrix:" in body
-    assert "  - untested between: 1.14.0 — with torch 2.13.0, transformers 5.23.0, peft 0.19.1, bitsandbytes 0.49.2" in body
-    assert "finds it fixed in accelerate 1.14.0. File only if" in body
+    # a range and an exact answer are never one group: the headline says what every member shows
+    assert (
+        f"- `{SCENARIO}`: fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0, on 2 line(s) of the matrix:"
+        in body
+    )
+    assert "  - with torch 2.13.0, transformers 5.23.0, peft 0.19.1, bitsandbytes 0.49.2" in body
+    assert "finds it fixed in accelerate 1.14.0 (after 1.13.0). File only if" in body

@@ -7,6 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from harness import queries
 from harness.errors import EXIT_BAD_INPUT, StoreError
 from harness.outcome import Outcome, Status
 from harness.store import MIGRATIONS, CellRecord, Store
@@ -40,7 +41,7 @@ def test_migrations_applied_once_and_recorded(db: Path) -> None:
     with Store(db) as store:
         assert store.migrate() == []
         assert store.con.execute("SELECT name, applied_at FROM schema_migrations ORDER BY name").fetchall() == first
-        assert store.count("outcomes") == 0
+        assert queries.row_count(store, "outcomes") == 0
 
 
 def test_migrate_applies_only_the_missing_ones(db: Path) -> None:
@@ -57,15 +58,15 @@ def test_add_outcome_is_append_only(db: Path) -> None:
         rows = store.con.execute("SELECT status, message FROM outcomes").fetchall()
         assert rows == [("fail", "first")]
         assert store.add_outcome(outcome(repeat=1)) is True  # another key is another row
-        assert store.count("outcomes") == 2
-        assert store.duplicate_keys() == 0
+        assert queries.row_count(store, "outcomes") == 2
+        assert queries.duplicate_key_count(store) == 0
 
 
 def test_outcomes_survive_reopening(db: Path) -> None:
     with Store(db) as store:
         store.add_outcome(outcome(metrics={"max_abs_logit_diff": 0.0132}))
     with Store(db, read_only=True) as store:
-        rows = store.outcomes(RUN)
+        rows = queries.outcome_rows(store, RUN)
         assert len(rows) == 1 and rows[0]["status"] == "pass"
         assert store.con.execute("SELECT metrics->>'max_abs_logit_diff' FROM outcomes").fetchone() == ("0.0132",)
 
@@ -94,8 +95,8 @@ def test_outcomes_view_takes_axes_from_the_freeze(db: Path) -> None:
         store.record_cell(cell_record(CELL_B, versions_b, freeze_b))
         for o in (outcome(), outcome(repeat=1, status=Status.FAIL), outcome(cell=CELL_B, status=Status.ERROR, signature="KeyError: <key>")):
             store.add_outcome(o)
-        rows = store.outcomes(RUN)
-        assert store.count("runs") == 1 and store.count("cells") == 2
+        rows = queries.outcome_rows(store, RUN)
+        assert queries.row_count(store, "runs") == 1 and queries.row_count(store, "cells") == 2
     assert len(rows) == 3
     # ordered by cell id ("tf-git" sorts before "tf5"), scenario, repeat
     assert [(r["cell_id"], r["repeat"], r["status"]) for r in rows] == [(CELL_B, 0, "error"), (CELL_A, 0, "pass"), (CELL_A, 1, "fail")]
@@ -115,7 +116,7 @@ def test_outcomes_view_takes_axes_from_the_freeze(db: Path) -> None:
 def test_outcomes_view_without_a_cell_record_has_null_axes(db: Path) -> None:
     with Store(db) as store:
         store.add_outcome(outcome())
-        (row,) = store.outcomes()
+        (row,) = queries.outcome_rows(store)
     assert row["status"] == "pass" and row["torch"] is None
 
 
@@ -125,7 +126,7 @@ def test_read_only_store_refuses_writes(db: Path) -> None:
     with Store(db, read_only=True) as store, pytest.raises(duckdb.Error):
         store.add_outcome(outcome(repeat=1))
     with Store(db, read_only=True) as store:
-        assert store.count("outcomes") == 1
+        assert queries.row_count(store, "outcomes") == 1
 
 
 def test_read_only_store_needs_an_existing_file(db: Path) -> None:
@@ -157,7 +158,7 @@ def test_a_missing_folder_is_not_created(tmp_path: Path) -> None:
 
 def test_count_rejects_unknown_tables(db: Path) -> None:
     with Store(db) as store, pytest.raises(ValueError):
-        store.count("schema_migrations; DROP TABLE outcomes")
+        queries.row_count(store, "schema_migrations; DROP TABLE outcomes")
 
 
 def test_in_memory_store(tmp_path: Path) -> None:

@@ -28,7 +28,11 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from harness.pin import Sources, axis_sort, axis_versions, order_key, requirement
+from harness.analysis.attribution import Transition
+from harness.analysis.pin import Sources
+from harness.analysis.rows import axis_sort, distance, installed, machine_of
+from harness.analysis.status import FAILURES
+from harness.analysis.versions import requirement, version_key
 from harness.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
 
 #: Library (canonical name) -> the GitHub repository that takes its issues.
@@ -47,7 +51,6 @@ REPOSITORIES = {
 }
 #: torch raises on behalf of its callers (module calls, meta checks): never a cross-link of its own.
 _SUBSTRATE = frozenset({"torch"})
-_FAILURES = frozenset({"fail", "error", "crash", "timeout", "oom"})
 _TRACE_LINES = 40
 _MAX_CONTRAST_ROWS = 24
 _SITE = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](?:site|dist)-packages[/\\]""")
@@ -100,24 +103,28 @@ def _when(value: Any) -> str:
 # -- cells -----------------------------------------------------------------------------------
 @dataclass
 class _Cell:
+    """One cell's outcomes on one machine class (outcomes of two machines are never pooled)."""
+
     cell_id: str
     versions: dict[str, str]
+    machine: str = ""
     rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
     def all_rows(self) -> list[Mapping[str, Any]]:
         return [r for rows in self.rows.values() for r in rows]
 
     def sort_key(self) -> tuple[Any, ...]:
-        return (*(order_key(self.versions.get(a)) for a in axis_sort(self.versions)), self.cell_id)
+        return (*(version_key(self.versions.get(a)) for a in axis_sort(self.versions)), self.machine, self.cell_id)
 
 
-def _group(rows: Iterable[Mapping[str, Any]]) -> dict[str, _Cell]:
-    cells: dict[str, _Cell] = {}
+def _group(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], _Cell]:
+    """(cell id, machine label) -> the cell's outcomes there."""
+    cells: dict[tuple[str, str], _Cell] = {}
     for row in rows:
-        cell_id = str(row.get("cell_id") or "")
-        if cell_id not in cells:
-            cells[cell_id] = _Cell(cell_id, axis_versions(row))
-        cells[cell_id].rows[str(row["scenario"])].append(row)
+        key = (str(row.get("cell_id") or ""), machine_of(row).label())
+        if key not in cells:
+            cells[key] = _Cell(key[0], installed(row), key[1])
+        cells[key].rows[str(row["scenario"])].append(row)
     return cells
 
 
@@ -135,12 +142,12 @@ def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> st
     if statuses["pass"] == n:
         return f"passes{count}"
     if signature is not None:
-        hits = [r for r in rows if r["status"] in _FAILURES and (r.get("signature") or r["status"]) == signature]
+        hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
         if len(hits) == n:
             return f"**fails** ({hits[0]['status']}){count}"
         if hits:
             return f"flaky: fails {len(hits)}/{n}"
-    failing = [r for r in rows if r["status"] in _FAILURES]
+    failing = [r for r in rows if r["status"] in FAILURES]
     if failing and statuses["pass"]:
         return f"flaky: fails {len(failing)}/{n}"
     if failing:
@@ -172,13 +179,16 @@ def _contrast(
     omitted = len(cells) - len(shown)
     axes = axis_sort({a for c in shown for a in c.versions})
     varying = {a for a in axes if len({c.versions.get(a) for c in shown}) > 1}
-    header = [f"**{a}**" if a in varying else a for a in axes] + [f"`{s}`" for s in scenarios] + ["cell"]
+    machines = len({c.machine for c in shown}) > 1  # outcomes of two machines are never compared: say which is which
+    header = [f"**{a}**" if a in varying else a for a in axes] + (["**machine**"] if machines else []) + [f"`{s}`" for s in scenarios]
+    header += ["cell"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for cell in shown:
         values = [f"**{cell.versions.get(a, '')}**" if a in varying else cell.versions.get(a, "") for a in axes]
         words = [_word(cell.rows.get(s, []), signature) for s in scenarios]
         label = f"`{cell.cell_id}`" + (f" {mark}" if mark and cell.cell_id in focus else "")
-        lines.append("| " + " | ".join(_cell_text(v) for v in [*values, *words, label]) + " |")
+        where = [f"**{cell.machine}**"] if machines else []
+        lines.append("| " + " | ".join(_cell_text(v) for v in [*values, *where, *words, label]) + " |")
     if omitted:
         lines.append(
             f"\n{omitted} more cell(s) not shown: the rows above are the ones the attribution compares and failing cells "
@@ -216,11 +226,6 @@ def _shadows(cell: _Cell) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
     """The cell with one axis left out, for every axis: two cells one axis apart share exactly one."""
     items = sorted(cell.versions.items())
     return {(axis, tuple(i for i in items if i[0] != axis)) for axis, _ in items}
-
-
-def _distance(a: _Cell, b: _Cell) -> int:
-    """How many axes two cells differ in."""
-    return sum(a.versions.get(axis) != b.versions.get(axis) for axis in {*a.versions, *b.versions})
 
 
 # -- traces and blame ------------------------------------------------------------------------
@@ -303,7 +308,7 @@ def _context(doc: str) -> str:
 
 # -- shared sections -------------------------------------------------------------------------
 def _environment(row: Mapping[str, Any], record: Mapping[str, Any] | None, runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    versions = axis_versions(row)
+    versions = installed(row)
     run = runs.get(str(row.get("run_id")), {})
     host = run.get("host") or {}
     lines = ["| package | version |", "|---|---|"]
@@ -346,7 +351,7 @@ def _repro(
     runs: Mapping[str, Mapping[str, Any]],
     scenario_files: Mapping[str, str],
 ) -> list[str]:
-    versions = axis_versions(row)
+    versions = installed(row)
     run = runs.get(str(row.get("run_id")), {})
     settings = run.get("settings") or {}
     sources = Sources.from_settings(settings)
@@ -381,41 +386,34 @@ def _listed(transitions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 
 def _grouped(transitions: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
-    """(headline, transitions) for each scenario and change, most lines of the matrix first.
+    """(headline, transitions) for each scenario and answer, most lines of the matrix first.
 
     `fixed in accelerate 1.14.0 (after 1.13.0)` on 312 lines (other axes held at other
-    versions) is one finding, not 312.
+    versions) is one finding, not 312. An exact answer and a range are never one group: the
+    headline says exactly what every member shows.
     """
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for t in transitions:
-        if t.get("kind") in ("introduced", "fixed", "flaky"):
-            groups[tuple(str(t.get(k) or "") for k in ("scenario", "kind", "axis", "before", "after"))].append(t)
+        kind = str(t.get("kind") or "")
+        if kind in ("introduced", "fixed"):
+            groups[(str(t.get("scenario") or ""), kind, Transition.from_dict(t).headline(), str(t.get("machine") or ""))].append(t)
+        elif kind in ("flaky", "machine"):
+            groups[(str(t.get("scenario") or ""), kind, "flaky" if kind == "flaky" else str(t.get("description") or ""), "")].append(t)
     out = []
-    for (scenario, kind, axis, before, after), members in groups.items():
+    for (scenario, _, headline, _), members in groups.items():
         label = f"`{scenario}`: " if scenario else ""
-        if kind == "flaky":
-            out.append((f"{label}flaky", members))
-        elif any(not (t.get("untested") or t.get("inconclusive")) for t in members):
-            out.append((f"{label}{kind} in {axis} {after} (after {before})", members))  # a point on at least one line
-        else:
-            out.append((f"{label}{kind} in {axis} ({before}, {after}]", members))
-    # Releases that changed it first, most lines first; flaky cells last.
-    return sorted(out, key=lambda item: (item[1][0].get("kind") == "flaky", -len(item[1]), item[0]))
+        out.append((f"{label}{headline.split(' — with ')[0]}", members))
+    # Releases that changed it first (exact before ranges), most lines first; machine differences and flaky cells last.
+    order = {"introduced": 0, "fixed": 0, "machine": 1, "flaky": 2}
+    return sorted(out, key=lambda item: (order[str(item[1][0].get("kind"))], " between " in item[0], -len(item[1]), item[0]))
 
 
 def _line(t: Mapping[str, Any]) -> str:
-    """One transition's line of the matrix: `with torch 2.13.0, …`, and what lies between, if anything."""
+    """One transition's line of the matrix: `with torch 2.13.0, …` (the headline says what lies between)."""
     if t.get("kind") == "flaky":
         return str(t.get("description") or "")
     held = t.get("held") or {}
-    parts = []
-    if t.get("untested"):
-        parts.append(f"untested between: {', '.join(map(str, t['untested']))}")
-    if t.get("inconclusive"):
-        parts.append(f"inconclusive: {', '.join(map(str, t['inconclusive']))}")
-    if held:
-        parts.append("with " + ", ".join(f"{a} {v}" for a, v in dict(held).items()))
-    return " — ".join(parts)
+    return ("with " + ", ".join(f"{a} {v}" for a, v in dict(held).items())) if held else "(no other axis)"
 
 
 def _attribution(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -424,7 +422,8 @@ def _attribution(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
         return ["No release boundary among the tested cells: it fails (or passes) on every tested version of each axis that varies."]
     lines = []
     for headline, members in groups[:_GROUPS]:
-        lines.append(f"- {headline}, on {len(members)} line(s) of the matrix:")
+        machine = str(members[0].get("machine") or "") if members[0].get("kind") in ("introduced", "fixed") else ""
+        lines.append(f"- {headline}, on {len(members)} line(s) of the matrix" + (f" ({machine})" if machine else "") + ":")
         lines += [f"  - {_line(t)}" for t in members[:_PER_GROUP]]
         if len(members) > _PER_GROUP:
             lines.append(f"  - … {len(members) - _PER_GROUP} more")
@@ -434,20 +433,18 @@ def _attribution(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _fixed_note(transitions: Sequence[Mapping[str, Any]]) -> list[str]:
-    if not transitions or any(t.get("kind") == "introduced" for t in transitions):
+    """A note when every answer is a fix: name the earliest release (exact) or range (not) per axis."""
+    moves = [Transition.from_dict(t) for t in transitions if t.get("kind") in ("introduced", "fixed")]
+    if not moves or any(t.kind == "introduced" for t in moves):
         return []
-    earliest: dict[str, str] = {}
-    for t in transitions:
-        if t.get("kind") == "fixed":
-            axis, after = str(t["axis"]), str(t["after"])
-            if axis not in earliest or order_key(after) < order_key(earliest[axis]):
-                earliest[axis] = after
-    if not earliest:
-        return []
-    named = " and ".join(f"{axis} {after}" for axis, after in sorted(earliest.items()))
+    earliest: dict[str, Transition] = {}
+    for t in moves:
+        if t.axis not in earliest or version_key(t.after) < version_key(earliest[t.axis].after):
+            earliest[t.axis] = t
+    named = "; ".join(t.headline() for _, t in sorted(earliest.items()))
     each = " (the earliest on each axis)" if len(earliest) > 1 else ""
     return [
-        f"> **Fixed in a tested release?** The attribution finds it fixed in {named}{each}. "
+        f"> **Fixed in a tested release?** The attribution finds it {named}{each}. "
         "File only if it still fails with the newest release; otherwise this documents the fix for people searching the error."
     ]
 
@@ -490,7 +487,7 @@ def render_signature_report(
     """
     rows = list(rows)
     runs, cells, files, docs = runs or {}, cells or {}, scenario_files or {}, scenario_docs or {}
-    hits = [r for r in rows if r["status"] in _FAILURES and (r.get("signature") or r["status"]) == signature]
+    hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
     if not hits:
         raise ValueError(f"no failing outcome has the signature {signature!r}")
     moves = [t for t in transitions if t.get("signature", signature) == signature]
@@ -509,10 +506,10 @@ def render_signature_report(
     library, why = _blamed(hits, signature, moves)
     libs = tuple(dict.fromkeys([*DEFAULT_LIBRARIES, *(a for c in grouped.values() for a in c.versions)]))
     # The example: the newest failing set, newest first on the blamed library's axis.
-    order = [library, *axis_sort(axis_versions(primary[0]))] if library else axis_sort(axis_versions(primary[0]))
-    example = max(primary, key=lambda r: (*(order_key(axis_versions(r).get(a)) for a in order), _when(r.get("started_at"))))
+    order = [library, *axis_sort(installed(primary[0]))] if library else axis_sort(installed(primary[0]))
+    example = max(primary, key=lambda r: (*(version_key(installed(r).get(a)) for a in order), _when(r.get("started_at"))))
     trace = _trace(example)
-    versions = axis_versions(example)
+    versions = installed(example)
     headline = _headline(example)
     context = _context(docs.get(scenarios[0], ""))
     blamed_version = f" ({library} {versions[library]})" if library in versions else ""
@@ -565,18 +562,20 @@ def render_cell_report(
     rows = list(rows)
     runs, files, docs = runs or {}, scenario_files or {}, scenario_docs or {}
     grouped = _group(rows)
-    if cell_id not in grouped:
+    own = [c for (cid, _), c in grouped.items() if cid == cell_id]
+    if not own:
         raise ValueError(f"no outcome of cell {cell_id!r}")
-    cell = grouped[cell_id]
+    # A cell run on several machines: the report is about the machine of its newest outcome.
+    cell = max(own, key=lambda c: max(_when(r.get("started_at")) for r in c.all_rows()))
     moves = list(transitions)
     scenarios = sorted(cell.rows)
-    failing = [s for s in scenarios if any(r["status"] in _FAILURES for r in cell.rows[s])]
+    failing = [s for s in scenarios if any(r["status"] in FAILURES for r in cell.rows[s])]
     env_problem = [s for s in scenarios if all(r["status"] in ("unresolvable", "install_failed") for r in cell.rows[s])]
     example = max(cell.all_rows(), key=lambda r: _when(r.get("started_at")))
     named = ", ".join(f"{a} {v}" for a, v in ((a, cell.versions[a]) for a in axis_sort(cell.versions)))
 
     if failing:
-        first = next(r for r in cell.rows[failing[0]] if r["status"] in _FAILURES)
+        first = next(r for r in cell.rows[failing[0]] if r["status"] in FAILURES)
         lead = _headline(first) if len(failing) == 1 else f"{len(failing)} of {len(scenarios)} scenarios fail"
         title = f"{lead} with {named}"
     elif env_problem:
@@ -587,7 +586,7 @@ def render_cell_report(
 
     sections: list[str] = []
     for scenario in failing:
-        hit = next(r for r in reversed(cell.rows[scenario]) if r["status"] in _FAILURES)
+        hit = next(r for r in reversed(cell.rows[scenario]) if r["status"] in FAILURES)
         signature = str(hit.get("signature") or hit["status"])
         moves_here = [t for t in moves if t.get("signature") == signature and t.get("scenario", scenario) == scenario]
         library, why = _blamed([hit], signature, moves_here)
@@ -620,14 +619,11 @@ def render_cell_report(
         out += [f"The environment did not build ({record['env_status']}); the resolver's or installer's words:", ""]
         out += [_fence(_tail(str(record.get("env_message") or ""))), ""]
     if failing:
+        # Neighbours on the same machine only: another machine's outcome is no contrast.
         neighbours = [
             c
             for c in grouped.values()
-            if c.cell_id == cell_id
-            or (
-                sum(c.versions.get(a) != cell.versions.get(a) for a in {*c.versions, *cell.versions}) == 1
-                and any(s in c.rows for s in failing)
-            )
+            if c is cell or (c.machine == cell.machine and distance(c.versions, cell.versions) == 1 and any(s in c.rows for s in failing))
         ]
         out += ["### This cell and its neighbours (one version different)", ""]
         out += [*_contrast(neighbours, failing, None, focus=[cell_id], mark="← this cell"), ""]

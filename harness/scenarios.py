@@ -1,7 +1,7 @@
 """Find scenarios and read what they declare, without importing them.
 
 The harness's interpreter has neither torch nor transformers, and a scenario must not run in
-it: `REQUIRES` and `TIMEOUT` are module-level literals read with `ast.literal_eval`.
+it: `REQUIRES`, `TIMEOUT` and `SETUP` are module-level literals read with `ast.literal_eval`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ class Scenario:
     requires: Requirements = field(default_factory=Requirements)
     timeout: float | None = None
     doc: str = ""
+    #: The state the scenario must reach before its check means anything ("an int8 layer sits on
+    #: the CPU"). A scenario that declares one passes only after `_kit.reached(...)` confirmed it.
+    setup: str = ""
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:12]
@@ -57,11 +60,14 @@ def load_scenario(path: Path) -> Scenario:
     try:
         requires = _literal(tree, "REQUIRES") or {}
         timeout = _literal(tree, "TIMEOUT")
+        setup = _literal(tree, "SETUP") or ""
     except ValueError as exc:
-        raise BadInput(f"scenario {str(path)!r}: REQUIRES and TIMEOUT must be plain literals ({exc})") from exc
+        raise BadInput(f"scenario {str(path)!r}: REQUIRES, TIMEOUT and SETUP must be plain literals ({exc})") from exc
+    if not isinstance(setup, str):
+        raise BadInput(f"scenario {str(path)!r}: SETUP = {setup!r} must be a string naming the state it must reach")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise BadInput(f"scenario {str(path)!r}: TIMEOUT = {timeout!r} must be a positive number of seconds")
-    return Scenario(path.stem, path.resolve(), _parse_requires(path, requires), timeout, ast.get_docstring(tree) or "")
+    return Scenario(path.stem, path.resolve(), _parse_requires(path, requires), timeout, ast.get_docstring(tree) or "", setup.strip())
 
 
 def _parse_requires(path: Path, raw: Any) -> Requirements:

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 
-from harness.gpulocks import GpuLocks
+from harness.gpus import GpuLocks
 
 
 def test_shared_holders_of_one_gpu_run_together() -> None:

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import signal as signals
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from harness.outcome import Status
-from harness.runner import RawRun
+from harness.analysis.status import Status
 from harness.signature import DEFAULT_LIBRARIES, Frame, Signature, make_signature, parse_traceback, status_signature
 
 _SIGXFSZ = getattr(signals, "SIGXFSZ", 25)
 
 
 @dataclass
-class Verdict:
+class RawRun:
+    """What a scenario process left behind, before interpretation."""
+
+    record: dict[str, Any] | None  # the child's result JSON, if it got to write one
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    seconds: float
+    output_tail: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Interpretation:
     status: Status
     message: str
     signature: Signature | None
@@ -34,38 +46,54 @@ def _frames(record: dict[str, Any]) -> list[Frame]:
     return [Frame(str(f[0]), int(f[1]), str(f[2])) for f in record.get("frames") or []]
 
 
-def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> Verdict:
-    libs = tuple(libraries)
+#: The metric `_kit.reached()` records when a scenario confirms its declared setup.
+SETUP_REACHED = "setup_reached"
+
+
+def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LIBRARIES, setup: str = "") -> Interpretation:
+    """The outcome of one scenario process. `setup`: the state the scenario declared it must reach
+    (`SETUP`); a pass that never confirmed it is `inconclusive`, not a pass."""
+    meaning = _interpret(raw, timeout, tuple(libraries))
+    if setup and meaning.status == Status.PASS and raw.metrics.get(SETUP_REACHED) is not True:
+        return Interpretation(
+            Status.INCONCLUSIVE, f"never confirmed its setup ({setup}); a scenario that declares SETUP must call _kit.reached()", None
+        )
+    return meaning
+
+
+def _interpret(raw: RawRun, timeout: float, libs: tuple[str, ...]) -> Interpretation:
     if raw.timed_out:
-        return Verdict(Status.TIMEOUT, f"no result after {timeout:g}s; the process group was killed", status_signature("timeout"))
+        return Interpretation(Status.TIMEOUT, f"no result after {timeout:g}s; the process group was killed", status_signature("timeout"))
     record = raw.record
     if record is not None:
         status = Status(record.get("status", "error"))
         if status == Status.PASS:
-            return Verdict(Status.PASS, "", None)
+            return Interpretation(Status.PASS, "", None)
         exc_type = str(record.get("exception_type", ""))
         message = str(record.get("message", ""))
         short = exc_type.rsplit(".", 1)[-1]
-        if status == Status.NOT_APPLICABLE:
-            return Verdict(status, message, None, short)
+        if status in (Status.NOT_APPLICABLE, Status.INCONCLUSIVE):
+            return Interpretation(status, message, None, short)
         sig = make_signature(short, message, _frames(record), libs)
-        return Verdict(status, f"{short}: {message}".strip(), sig, short, str(record.get("traceback", "")))
+        return Interpretation(status, f"{short}: {message}".strip(), sig, short, str(record.get("traceback", "")))
     if raw.signal is not None:
         name = _signal_name(raw.signal)
         if raw.signal == _SIGXFSZ:
-            return Verdict(Status.CRASH, "output exceeded the harness's limit; the scenario was stopped", status_signature("crash", name))
-        return Verdict(Status.CRASH, f"killed by {name}", _crash_signature(name, raw.output_tail, libs))
+            return Interpretation(
+                Status.CRASH, "output exceeded the harness's limit; the scenario was stopped", status_signature("crash", name)
+            )
+        return Interpretation(Status.CRASH, f"killed by {name}", _crash_signature(name, raw.output_tail, libs))
     if raw.exit_code not in (0, None):
         parsed = parse_traceback(raw.output_tail)
         if parsed:
             exc_type, message, frames = parsed
-            return Verdict(
+            return Interpretation(
                 Status.ERROR, f"{exc_type}: {message}", make_signature(exc_type, message, frames, libs), exc_type.rsplit(".", 1)[-1]
             )
-        return Verdict(
+        return Interpretation(
             Status.CRASH, f"exited with code {raw.exit_code} without a result", status_signature("crash", f"exit {raw.exit_code}")
         )
-    return Verdict(Status.PASS, "exited 0 without writing a result", None)
+    return Interpretation(Status.PASS, "exited 0 without writing a result", None)
 
 
 def _crash_signature(name: str, output: str, libraries: tuple[str, ...]) -> Signature:

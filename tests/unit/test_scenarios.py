@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.catalog import Requirements, Scenario, applicability, available, load_scenario, select
 from harness.errors import BadInput
+from harness.scenarios import Requirements, Scenario, applicability, available, load_scenario, select
 
 #: At the top of every scenario written here: loading one must never run it.
 TRAP = 'raise SystemExit("the scenario was executed")\nimport torch_that_is_not_installed\n'
@@ -68,11 +68,11 @@ BAD_SCENARIOS = [
     # GPUs are counted, not named
     pytest.param('REQUIRES = {"gpus": "one"}\n', "REQUIRES gpus = 'one' must be a non-negative integer", id="gpus-string"),
     # a call is not a literal: reading it would mean running code
-    pytest.param("REQUIRES = dict(gpus=1)\n", "REQUIRES and TIMEOUT must be plain literals", id="requires-call"),
+    pytest.param("REQUIRES = dict(gpus=1)\n", "REQUIRES, TIMEOUT and SETUP must be plain literals", id="requires-call"),
     # arithmetic is not a literal either
-    pytest.param("TIMEOUT = 10 * 60\n", "REQUIRES and TIMEOUT must be plain literals", id="timeout-expression"),
+    pytest.param("TIMEOUT = 10 * 60\n", "REQUIRES, TIMEOUT and SETUP must be plain literals", id="timeout-expression"),
     # a name is not a literal
-    pytest.param("LIMIT = 5\nTIMEOUT = LIMIT\n", "REQUIRES and TIMEOUT must be plain literals", id="timeout-name"),
+    pytest.param("LIMIT = 5\nTIMEOUT = LIMIT\n", "REQUIRES, TIMEOUT and SETUP must be plain literals", id="timeout-name"),
     # not Python
     pytest.param("def broken(:\n", "cannot be read", id="syntax-error"),
     pytest.param(
@@ -186,3 +186,13 @@ def test_applicability_uses_canonical_names_from_requires(tmp_path: Path) -> Non
     scenario = load_scenario(write(tmp_path, "s", 'REQUIRES = {"packages": {"BitsAndBytes": ">=0.49"}}\n'))
     assert applicability(scenario, {"bitsandbytes": "0.49.2"}, 0) == ""
     assert applicability(scenario, {"bitsandbytes": "0.48.0"}, 0) == "needs bitsandbytes>=0.49; this cell has 0.48.0"
+
+
+def test_setup_is_read_without_importing(tmp_path: Path) -> None:
+    # the state a scenario must reach before its check counts; a pass without it is inconclusive
+    path = tmp_path / "offload.py"
+    path.write_text('SETUP = "an int8 layer sits on the CPU"\nimport torch\n')
+    assert load_scenario(path).setup == "an int8 layer sits on the CPU"
+    path.write_text("SETUP = 3\n")
+    with pytest.raises(BadInput, match="SETUP = 3 must be a string"):
+        load_scenario(path)

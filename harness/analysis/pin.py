@@ -1,16 +1,19 @@
 """Pins: the newest version set on which every chosen scenario passes, with its evidence. Pure.
 
-A *candidate* is one combination of exact installed versions (a cell; its repeats and its
-runs are pooled) that meets the constraints. It *qualifies* when every chosen scenario has
-outcomes there and every one of them passed: one failing repeat (a flaky cell), one missing
-scenario or one `not_applicable` disqualifies it. Among the qualifying candidates the newest
-wins, compared axis by axis in the user's ranking (releases by `packaging.version.Version`;
-a git or path source counts as older than any release, so a release is preferred when both
-pass). For every newer version that lost, the result names the scenario and signature that
-excluded it; when nothing qualifies, the scenario that fails in every candidate.
+A *candidate* is one combination of exact installed versions (a cell; its repeats, its runs
+and the machines it ran on are pooled) that meets the constraints. It *qualifies* when every
+chosen scenario has outcomes there and every one of them passed, on every machine it ran on:
+one failing repeat (a flaky cell), one missing scenario, one `not_applicable` or one
+`inconclusive` (the scenario never reached the state it checks) disqualifies it; `--gpu` and
+`--platform` narrow the evidence to one machine. Among the qualifying candidates the newest
+wins, compared axis by axis in the user's ranking, in the harness's one order of versions
+(`versions.order_key`), with one stated preference on top: a released version beats a git or
+path source, because a pin is what people paste. For every newer version that lost, the
+result names the scenario and signature that excluded it; when nothing qualifies, the
+scenario that fails in every candidate. The evidence names the machines it passed on.
 
 >>> rows = [
-...     {"cell_id": f"acc{acc}", "scenario": "load", "status": status, "repeat": 0, "run_id": "r1",
+...     {"cell_id": f"acc{acc}", "scenario": "load", "status": status, "repeat": 0, "run_id": "r1", "gpu": "cpu",
 ...      "versions": {"torch": "2.13.0", "accelerate": acc}, "signature": sig}
 ...     for acc, status, sig in [("1.13.0", "pass", ""), ("1.14.0", "error", "TypeError: x")]
 ... ]
@@ -21,27 +24,22 @@ excluded it; when nothing qualifies, the scenario that fails in every candidate.
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from types import MappingProxyType
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
+from harness.analysis.rows import axis_sort, canonical, installed, json_map, machine_of
+from harness.analysis.status import Status
+from harness.analysis.versions import release, requirement, version_key
 from harness.errors import BadInput
 
 #: Which axis decides first when two passing sets differ: the libraries people upgrade for.
 DEFAULT_RANKING = ("transformers", "peft", "accelerate", "bitsandbytes", "torch")
-#: The axes in the order people read them (as attribution prints them); others follow by name.
-AXIS_ORDER = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
 #: `platform` as hostinfo records it -> uv's `--python-platform`, for resolving the lock where it passed.
 UV_PLATFORMS = {
     "linux-x86_64": "x86_64-unknown-linux-gnu",
@@ -56,80 +54,11 @@ _UNTESTED = "not tested with the pinned versions of the other axes"
 _PYTHON_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 
 
-# -- rows ------------------------------------------------------------------------------------
-def _json(value: Any) -> Mapping[str, Any]:
-    """A JSON column as DuckDB returns it (text) or as a dict; read-only: parsed text is shared."""
-    if value is None or value == "":
-        return {}
-    if isinstance(value, str):
-        return _parse(value)
-    return dict(value)
-
-
-@lru_cache(maxsize=8192)
-def _parse(text: str) -> Mapping[str, Any]:
-    # Every repeat and scenario of a cell carries the same freeze: parse it once.
-    parsed = json.loads(text)
-    return MappingProxyType(parsed if isinstance(parsed, dict) else {})
-
-
-def _by_name(value: Any) -> Mapping[str, str]:
-    """A package -> version JSON column with canonical names (`Typing_Extensions` -> `typing-extensions`)."""
-    if isinstance(value, str):
-        return _by_name_text(value)
-    return {_name(k): str(v) for k, v in _json(value).items()}
-
-
-@lru_cache(maxsize=8192)
-def _by_name_text(text: str) -> Mapping[str, str]:
-    return MappingProxyType({_name(k): str(v) for k, v in _json(text).items()})
-
-
-@functools.lru_cache(maxsize=4096)
-def _name(package: str) -> str:
-    # cached: a 100k-outcome store asks for the same few hundred names millions of times
-    return str(canonicalize_name(package))
-
-
-def axis_versions(row: Mapping[str, Any]) -> dict[str, str]:
-    """axis -> the exact version a row's cell ran: its freeze, else the inherited or requested value.
-
-    The axes are the keys of `versions` (any PyPI package can be an axis), or the five axis
-    columns of `outcomes_v` when a row has no `versions`.
-    """
-    requested, installed, inherited = (_by_name(row.get(column)) for column in ("versions", "installed", "inherited"))
-    axes = list(requested) or [a for a in AXIS_ORDER if row.get(a)]
-    out = {}
-    for axis in axes:
-        value = installed.get(axis) or inherited.get(axis) or requested.get(axis) or str(row.get(axis) or "")
-        if value:
-            out[axis] = value
-    return out
-
-
-def release(value: str) -> Version | None:
-    """`2.13.0+cpu` -> Version; a git URL, a path or `inherit` -> None."""
-    try:
-        return Version(value)
-    except InvalidVersion:
-        return None
-
-
-def order_key(value: str | None) -> tuple[Any, ...]:
-    """Newer sorts higher. Releases above sources (git, path): a pin prefers what was released."""
+def preference(value: str | None) -> tuple[Any, ...]:
+    """Newer sorts higher; a release above any source (the pin's one rule on top of `version_key`)."""
     if value is None:
         return (-1,)
-    version = release(value)
-    return (1, version) if version is not None else (0, value)
-
-
-def requirement(package: str, value: str) -> str:
-    """`torch==2.13.0+cpu`, or `accelerate @ git+https://…@sha` for a source."""
-    return f"{package}=={value}" if release(value) is not None else f"{package} @ {value}"
-
-
-def axis_sort(axes: Iterable[str]) -> list[str]:
-    return sorted(axes, key=lambda a: (AXIS_ORDER.index(a) if a in AXIS_ORDER else len(AXIS_ORDER), a))
+    return (release(value) is not None, version_key(value))
 
 
 def _when(value: Any) -> str:
@@ -178,7 +107,7 @@ class Constraints:
                     raise BadInput(
                         f"--fix {text!r}: {spec!r} is neither a version nor a specifier; use e.g. torch=2.13.0 or transformers<5.20"
                     ) from None
-            fixed.append((_name(match.group(1)), spec))
+            fixed.append((canonical(match.group(1)), spec))
         return cls(tuple(fixed), gpu.strip(), platform.strip())
 
     def admits_row(self, row: Mapping[str, Any]) -> bool:
@@ -273,7 +202,9 @@ class Blocker:
 
 
 @dataclass(frozen=True)
-class _Verdict:
+class _ScenarioResult:
+    """Whether one scenario passed in every repeat of one candidate cell, and if not, why."""
+
     ok: bool
     reason: str = ""
     passed: int = 0
@@ -282,7 +213,7 @@ class _Verdict:
 
 @dataclass
 class _Cell:
-    """Every admitted outcome of one combination of exact versions, by scenario."""
+    """Every admitted outcome of one combination of exact versions, by scenario (all machines pooled)."""
 
     versions: dict[str, str]
     requested: dict[str, str] = field(default_factory=dict)
@@ -300,23 +231,29 @@ class _Cell:
         rows = self.rows.get(scenario, []) if scenario else self.all_rows
         return tuple(sorted({str(r.get("run_id") or "") for r in rows} - {""}))
 
-    def verdict(self, scenario: str) -> _Verdict:
+    def result(self, scenario: str) -> _ScenarioResult:
         rows = self.rows.get(scenario, [])
         if not rows:
-            return _Verdict(False, "no outcome")
-        passed = sum(1 for r in rows if r["status"] == "pass")
+            return _ScenarioResult(False, "no outcome")
+        # Only a pass is evidence for a pin: inconclusive and not_applicable disqualify, as failures do.
+        passed = sum(1 for r in rows if r["status"] == Status.PASS)
         if passed == len(rows):
-            return _Verdict(True, "", passed, len(rows))
+            return _ScenarioResult(True, "", passed, len(rows))
         reasons = Counter(
-            _reason(str(r["status"]), str(r.get("signature") or ""), str(r.get("message") or "")) for r in rows if r["status"] != "pass"
+            _reason(str(r["status"]), str(r.get("signature") or ""), str(r.get("message") or ""))
+            for r in rows
+            if r["status"] != Status.PASS
         )
         reason = reasons.most_common(1)[0][0]
         if passed:
             reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
-        return _Verdict(False, reason, passed, len(rows))
+        return _ScenarioResult(False, reason, passed, len(rows))
 
     def rank_key(self, order: Sequence[str]) -> tuple[Any, ...]:
-        return (*(order_key(self.versions.get(axis)) for axis in order), self.cell_id)
+        return (*(preference(self.versions.get(axis)) for axis in order), self.cell_id)
+
+    def machines(self) -> tuple[str, ...]:
+        return tuple(sorted({machine_of(r).label() for r in self.all_rows}))
 
 
 def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:
@@ -324,12 +261,12 @@ def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: 
     for row in rows:
         if row.get("scenario") not in scenarios or not constraints.admits_row(row):
             continue
-        versions = axis_versions(row)
+        versions = installed(row)
         if not versions:
             continue
         cell = cells.setdefault(tuple(sorted(versions.items())), _Cell(versions))
-        for axis, value in _json(row.get("versions")).items():
-            cell.requested.setdefault(_name(axis), str(value))
+        for axis, value in json_map(row.get("versions")).items():
+            cell.requested.setdefault(canonical(axis), str(value))
         cell.rows[str(row["scenario"])].append(row)
     return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
 
@@ -383,6 +320,7 @@ class PinResult:
     gpus: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
     python: str = ""
+    machines: tuple[str, ...] = ()  # the machine classes the evidence ran on (it passed on each)
     freeze: tuple[tuple[str, str], ...] = ()  # every installed package -> version or URL
     inherited: tuple[tuple[str, str], ...] = ()  # taken from the base interpreter
     evidence: tuple[ScenarioEvidence, ...] = ()
@@ -407,7 +345,7 @@ class PinResult:
         return (
             f"# harness pin: the newest set on which {', '.join(self.scenarios)} passed\n"
             f"# evidence: cell {', '.join(self.cell_ids)}; run {', '.join(self.runs)}; {when}; "
-            f"GPU {', '.join(self.gpus) or '?'}; {', '.join(self.platforms) or '?'}; python {self.python or '?'}\n"
+            f"on {'; '.join(self.machines) or '?'}\n"
         )
 
     def to_requirements(self, sources: Sources | None = None) -> str:
@@ -497,6 +435,7 @@ class PinResult:
             "gpus": list(self.gpus),
             "platforms": list(self.platforms),
             "python": self.python,
+            "machines": list(self.machines),
             "freeze": dict(self.freeze),
             "inherited": dict(self.inherited),
             "evidence": [{"scenario": e.scenario, "passed": e.passed, "runs": list(e.runs)} for e in self.evidence],
@@ -520,7 +459,7 @@ def _pairs(args: list[str]) -> list[list[str]]:
 # -- choosing --------------------------------------------------------------------------------
 def full_ranking(ranking: Sequence[str], axes: Iterable[str]) -> tuple[str, ...]:
     """The user's ranking, then the axes it leaves out in reading order."""
-    ranked = [_name(a) for a in ranking]
+    ranked = [canonical(a) for a in ranking]
     return (*ranked, *(a for a in axis_sort(set(axes)) if a not in ranked))
 
 
@@ -541,7 +480,7 @@ def choose(
     cells = _cells(rows, set(wanted), constraints)
     order = full_ranking(ranking, {a for c in cells for a in c.versions})
     present_order = tuple(a for a in order if any(a in c.versions for c in cells))
-    verdicts = {id(c): {s: c.verdict(s) for s in wanted} for c in cells}
+    verdicts = {id(c): {s: c.result(s) for s in wanted} for c in cells}
     qualifying = sorted((c for c in cells if all(v.ok for v in verdicts[id(c)].values())), key=lambda c: c.rank_key(order), reverse=True)
     base = PinResult(wanted, constraints, present_order, len(cells), len(qualifying))
     if not qualifying:
@@ -558,15 +497,17 @@ def choose(
         last_seen=_when(latest.get("started_at")),
         gpus=tuple(sorted({str(r.get("gpu")) for r in rows_of if r.get("gpu")})),
         platforms=tuple(sorted({str(r.get("platform")) for r in rows_of if r.get("platform")})),
-        python=str(latest.get("python") or ""),
-        freeze=tuple(sorted(_json(latest.get("installed")).items())),
-        inherited=tuple(sorted(_json(latest.get("inherited")).items())),
+        # the cell's Python as a version (a path setting names an interpreter on another host)
+        python=str(latest.get("python") or "") if _PYTHON_VERSION.match(str(latest.get("python") or "")) else machine_of(latest).python,
+        machines=chosen.machines(),
+        freeze=tuple(sorted(json_map(latest.get("installed")).items())),
+        inherited=tuple(sorted(json_map(latest.get("inherited")).items())),
         evidence=tuple(ScenarioEvidence(s, verdicts[id(chosen)][s].passed, chosen.runs(s)) for s in wanted),
         excluded=tuple(_exclusions(chosen, cells, verdicts, qualifying, order, wanted)),
     )
 
 
-def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _Verdict]], scenarios: Sequence[str]) -> list[Blocker]:
+def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _ScenarioResult]], scenarios: Sequence[str]) -> list[Blocker]:
     """(scenario, reason) -> the cells showing it, most cells first."""
     found: dict[tuple[str, str], list[_Cell]] = defaultdict(list)
     for cell in cells:
@@ -584,7 +525,7 @@ def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _Verdi
 def _exclusions(
     chosen: _Cell,
     cells: list[_Cell],
-    verdicts: Mapping[int, Mapping[str, _Verdict]],
+    verdicts: Mapping[int, Mapping[str, _ScenarioResult]],
     qualifying: list[_Cell],
     order: Sequence[str],
     scenarios: Sequence[str],
@@ -593,9 +534,9 @@ def _exclusions(
     by_key = {tuple(sorted(c.versions.items())): c for c in cells}
     found = []
     for axis in order:
-        mine = order_key(chosen.versions.get(axis))
-        newer = {c.versions[axis] for c in cells if axis in c.versions and order_key(c.versions[axis]) > mine}
-        for value in sorted(newer, key=order_key, reverse=True):
+        mine = preference(chosen.versions.get(axis))
+        newer = {c.versions[axis] for c in cells if axis in c.versions and preference(c.versions[axis]) > mine}
+        for value in sorted(newer, key=preference, reverse=True):
             # The neighbour: the chosen set with only this axis changed. Its failures are the answer.
             neighbour = by_key.get(tuple(sorted({**chosen.versions, axis: value}.items())))
             if neighbour is not None:
@@ -616,7 +557,7 @@ def _exclusions(
 
 
 def _nothing_passes(
-    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, Mapping[str, _Verdict]], scenarios: Sequence[str]
+    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, Mapping[str, _ScenarioResult]], scenarios: Sequence[str]
 ) -> PinResult:
     failing = Counter(s for c in cells for s in scenarios if not verdicts[id(c)][s].ok)
     ranked = sorted(failing.items(), key=lambda item: (-item[1], scenarios.index(item[0])))

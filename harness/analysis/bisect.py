@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from harness.analysis.status import NO_EVIDENCE, Status
+
 T = TypeVar("T")
 
 
@@ -106,10 +108,10 @@ def bisect(
 def repeat_verdict(statuses: Sequence[str], allowed_failures: int = 0) -> Verdict:
     """The policy for flaky scenarios: good only if at most `allowed_failures` of N runs fail.
 
-    Statuses that say nothing about the scenario (it does not apply, the env cannot be built)
-    make the candidate a skip.
+    Statuses that say nothing about the scenario (it does not apply, it did not reach its setup,
+    the env cannot be built) make the candidate a skip.
     """
-    if not statuses or any(s in ("not_applicable", "unresolvable", "install_failed") for s in statuses):
+    if not statuses or any(s in NO_EVIDENCE for s in statuses):
         return Verdict.SKIP
-    failures = sum(s != "pass" for s in statuses)
+    failures = sum(s != Status.PASS for s in statuses)
     return Verdict.GOOD if failures <= allowed_failures else Verdict.BAD

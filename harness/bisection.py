@@ -1,4 +1,4 @@
-"""`harness bisect`: drive the pure search in `bisect.py` with real environments.
+"""`harness bisect`: drive the pure search (`analysis.bisect`) with real environments.
 
 Each probe is one cell (the other axes pinned from a matrix cell or flags, the bisected axis
 set to the candidate), built with the same `envs.build_env` a sweep uses, run with the same
@@ -16,12 +16,15 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness import __version__
-from harness.bisect import BisectResult, Probe, Verdict, bisect, repeat_verdict
+from harness import queries
+from harness.analysis.bisect import BisectResult, Probe, Verdict, bisect, repeat_verdict
+from harness.analysis.rows import requested
+from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
-from harness.catalog import Scenario, select
 from harness.errors import BadInput
-from harness.matrix import Candidate, Cell, MatrixSpec, git_url_without_ref, load_matrix
+from harness.matrix import Candidate, Cell, MatrixSpec, load_matrix
+from harness.scenarios import Scenario, select
+from harness.store import Store
 from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan
 
 _PR = re.compile(r"\(#(\d+)\)")
@@ -56,6 +59,9 @@ class Step:
 
 def release_steps(index: PackageIndex, package: str, good: str, bad: str) -> list[Step]:
     """Every final, non-yanked release between the ends (inclusive), ordered from good to bad."""
+    for flag, end in (("--good", good), ("--bad", bad)):
+        if release(end) is None:
+            raise BadInput(f"{flag} {end!r} is not a version; pass a release of {package} (or a git ref with --git)")
     low, high = sorted((Version(good), Version(bad)))
     releases = sorted(r.version for r in index.releases(package).values() if not r.yanked and not r.version.is_prerelease)
     between = [v for v in releases if low <= v <= high]
@@ -130,51 +136,76 @@ class BisectRun:
     built: int  # environments built (not reused) during the bisection
 
 
-def run_bisect(
-    options: BisectOptions, store: object, reporter: Reporter | None = None, on_probe: Callable[[Probe[Step], int], None] | None = None
-) -> BisectRun:
+@dataclass
+class BisectSetup:
+    """Everything checked before a results file is opened for writing: bad input writes nothing."""
+
+    options: BisectOptions
+    spec: MatrixSpec
+    resolved: ResolvedMatrix
+    index: PackageIndex
+    scenario: Scenario
+    base: Cell
+    steps: list[Step]
+    fix: bool
+
+    @property
+    def run_id(self) -> str:
+        return f"bisect-{self.scenario.name}-{self.options.axis}"
+
+
+def prepare_bisect(options: BisectOptions) -> BisectSetup:
+    """Validate the request and list the candidates; one end may come from the stored outcomes (read only)."""
     spec: MatrixSpec = load_matrix(options.matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
-    scenarios: list[Scenario] = select([options.scenario])
+    scenario = select([options.scenario])[0]
     base = _base_cell(resolved, options)
     if not options.good or not options.bad:
         if options.git or not (options.good or options.bad):
             raise BadInput(
                 "pass --good and --bad (a release or git ref for each end), or one release end to take the other from stored outcomes"
             )
-        _fill_end_from_store(options, base, scenarios[0].name, store)
+        rows = []
+        if options.db.is_file():
+            with Store(options.db, read_only=True) as store:
+                rows = [r for r in queries.outcome_rows(store) if r["scenario"] == scenario.name]
+        _fill_end_from_rows(options, base, scenario.name, rows)
     steps = (
         git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)
     )
-    fix = _is_fix(options, steps)
-    run_id = f"bisect-{scenarios[0].name}-{options.axis}"
-    spec.settings.repeats = options.repeat
+    return BisectSetup(options, spec, resolved, index, scenario, base, steps, _is_fix(options, steps))
+
+
+def run_bisect(
+    setup: BisectSetup, store: Store, reporter: Reporter | None = None, on_probe: Callable[[Probe[Step], int], None] | None = None
+) -> BisectRun:
+    """Probe the candidates through `Sweep.run_cell`, reusing every outcome already stored for a probe's cell."""
+    options = setup.options
+    setup.spec.settings.repeats = options.repeat
     plan = SweepPlan(
         SweepOptions(options.matrix, options.db, env_root=options.env_root),
-        spec,
-        resolved,
-        index,
-        scenarios,
+        setup.spec,
+        setup.resolved,
+        setup.index,
+        [setup.scenario],
         [],
-        run_id,
+        setup.run_id,
         options.matrix.read_text(),
     )
-    sweep = Sweep(plan, store, reporter)  # type: ignore[arg-type]
-    sweep.store.ensure_run(run_id, str(options.matrix), plan.matrix_text, {}, __version__, sweep.host)
+    sweep = Sweep(plan, store, reporter)
     built = 0
 
     def probe(step: Step) -> Verdict:
         nonlocal built
-        cell = with_step(base, options.axis, step, options.git)
-        stored = store.statuses(cell.id, scenarios[0].name)  # type: ignore[attr-defined]
+        cell = with_step(setup.base, options.axis, step, options.git)
+        name = setup.scenario.name
+        stored = queries.statuses(store, cell.id, name)
         if len(stored) < options.repeat:
-            todo = [
-                (scenarios[0], r) for r in range(options.repeat) if (cell.id, scenarios[0].name, r) not in sweep.store.done_keys(run_id)
-            ]
-            sweep.run_cell(cell, todo)
-            built += 0 if sweep.last_env_reused else 1
-            stored = store.statuses(cell.id, scenarios[0].name)  # type: ignore[attr-defined]
+            done = store.done_keys(setup.run_id)
+            todo = [(setup.scenario, r) for r in range(options.repeat) if (cell.id, name, r) not in done]
+            built += 0 if sweep.run_cell(cell, todo).env.reused else 1
+            stored = queries.statuses(store, cell.id, name)
         return repeat_verdict(stored[-options.repeat :], options.allowed_failures)
 
     class _Handler:
@@ -182,28 +213,24 @@ def run_bisect(
             if on_probe:
                 on_probe(p, remaining)
 
-    result = bisect(steps, probe, handler=_Handler())
-    return BisectRun(result, fix, run_id, built)
+    result = bisect(setup.steps, probe, handler=_Handler())
+    return BisectRun(result, setup.fix, setup.run_id, built)
 
 
 def stored_verdicts(rows: list[dict[str, object]], base: Cell, axis: str) -> dict[str, Verdict]:
     """Verdicts per release of `axis` from stored outcomes of cells equal to `base` on every other axis."""
-    import json
-
     others = {c.package: c.value for c in base.candidates if c.package != axis and c.kind == "version"}
     statuses: dict[str, list[str]] = {}
     for row in rows:
-        versions = row.get("versions") or "{}"
-        values = json.loads(versions) if isinstance(versions, str) else dict(versions)  # type: ignore[call-overload]
+        values = requested(row)
         if axis not in values or any(values.get(k) != v for k, v in others.items()):
             continue
         statuses.setdefault(str(values[axis]), []).append(str(row["status"]))
     return {version: repeat_verdict(found) for version, found in statuses.items()}
 
 
-def _fill_end_from_store(options: BisectOptions, base: Cell, scenario: str, store: object) -> None:
+def _fill_end_from_rows(options: BisectOptions, base: Cell, scenario: str, rows: list[dict[str, object]]) -> None:
     """One end given: the other is the nearest stored release with the opposite verdict."""
-    rows = [r for r in store.outcomes() if r["scenario"] == scenario]  # type: ignore[attr-defined]
     verdicts = stored_verdicts(rows, base, options.axis)
     given = options.good or options.bad
     wanted = Verdict.BAD if options.good else Verdict.GOOD

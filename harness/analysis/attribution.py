@@ -1,0 +1,595 @@
+"""Attribution: which release of which library introduced a failure, and which fixed it. Pure.
+
+For every machine class, scenario, failure signature and axis, the cells whose *other* axes are
+equal form a line along that axis. Each cell on the line gets a verdict for the signature, the
+line is ordered (`versions.order_key`), and neighbouring cells with a definite verdict are
+compared: clean -> has is "introduced", has -> clean is "fixed".
+
+An answer is never stronger than what was built:
+- "fixed in X (after W)" only where X and W both ran on that line (same other axes, same
+  machine) and no release lies between them on the index. Otherwise it is a range that names
+  what was not built: "fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0".
+- Cells that say nothing about the signature (not applicable, inconclusive, env problems,
+  another failure, flaky repeats) are stepped over and named: the answer is a range.
+- Outcomes of two machine classes are never compared along an axis. A verdict that differs
+  only across machines is a `MachineDifference`, not a transition.
+
+>>> rows = [
+...     {"scenario": "load", "status": s, "signature": sig, "repeat": 0, "cell_id": c, "run_id": "r", "gpu": "cpu",
+...      "platform": "linux-x86_64", "python": "3.11", "versions": {"torch": "2.13.0", "accelerate": acc}}
+...     for c, acc, s, sig in [("a", "1.13.0", "error", "TypeError: x"), ("b", "1.15.0", "pass", "")]
+... ]
+>>> attribute(rows).transitions[0].headline()
+'fixed in accelerate 1.15.0 (after 1.13.0)'
+>>> attribute(rows, known_versions={"accelerate": ["1.13.0", "1.14.0", "1.15.0"]}).transitions[0].headline()
+'fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0'
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from typing import Any, Literal
+
+from packaging.version import Version
+
+from harness.analysis.rows import Machine, axis_sort, machine_of, points, signature_of
+from harness.analysis.status import FAILURES, Status
+from harness.analysis.versions import Point, between, commit_index, order_key, release
+
+Kind = Literal["introduced", "fixed"]
+#: What one cell says about one failure signature.
+Evidence = Literal["has", "clean", "flaky", "skip"]
+
+#: How many releases that were not built a one-line answer names before it only counts the rest.
+SHOW_NOT_BUILT = 6
+#: The origin of a cell built by refinement (`cells.origin`): its answers say "refined".
+REFINED = "refine"
+#: What lies between two tested releases when the index's list of that axis is not known.
+UNLISTED = "any release between (the index's releases were not listed)"
+
+
+# -- cells -----------------------------------------------------------------------------------
+@dataclass
+class _Cell:
+    """Every stored repeat (over all runs) of one scenario at one combination of versions, on one machine."""
+
+    points: dict[str, Point]
+    machine: Machine
+    rows: list[Mapping[str, Any]] = field(default_factory=list)
+    _counts: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # each line asks again: ask once
+
+    @property
+    def cell_id(self) -> str:
+        return min(str(r.get("cell_id", "")) for r in self.rows)
+
+    @property
+    def runs(self) -> set[str]:
+        return {str(r.get("run_id", "")) for r in self.rows}
+
+    @property
+    def refined(self) -> bool:
+        return any(r.get("origin") == REFINED for r in self.rows)
+
+    def counts(self, signature: str) -> tuple[int, int, int]:
+        """(repeats failing with `signature`, repeats passing, repeats in all)."""
+        if signature not in self._counts:
+            has = sum(1 for r in self.rows if r["status"] in FAILURES and signature_of(r) == signature)
+            clean = sum(1 for r in self.rows if r["status"] == Status.PASS)
+            self._counts[signature] = (has, clean, len(self.rows))
+        return self._counts[signature]
+
+    def evidence(self, signature: str) -> Evidence:
+        has, clean, total = self.counts(signature)
+        if has == total:
+            return "has"
+        if clean == total:
+            return "clean"
+        # Seen in some repeats only: no claim either way. Never seen, but not a clean pass
+        # either (not applicable, inconclusive, the env did not build, another failure): no evidence.
+        return "flaky" if has else "skip"
+
+    def why_skipped(self, signature: str) -> str:
+        """What a stepped-over cell showed instead: `flaky 2/3`, `not_applicable`, `inconclusive`, `other failure`."""
+        has, _, total = self.counts(signature)
+        if has:
+            return f"flaky {has}/{total}"
+        words = Counter("other failure" if r["status"] in FAILURES else str(r["status"]) for r in self.rows if r["status"] != Status.PASS)
+        return words.most_common(1)[0][0] if words else "no outcome"
+
+
+# -- results ---------------------------------------------------------------------------------
+def _verb(kind: str) -> tuple[str, str]:
+    """(old side, new side) in words: a fix goes from fails to passes."""
+    return ("fails", "passes") if kind == "fixed" else ("passes", "fails")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One change of verdict between neighbouring candidates of one axis, the other axes and the machine held.
+
+    `before` is the last candidate on the old side, `after` the first on the new side. When
+    `not_built` (releases on the index between them that this line never ran) or `inconclusive`
+    (ran, but said nothing) is not empty, the change lies somewhere after `before`, up to and
+    including `after`: a range, never "in `after`".
+    """
+
+    scenario: str
+    signature: str
+    axis: str
+    kind: Kind
+    before: str
+    after: str
+    held: tuple[tuple[str, str], ...]  # the other axes, in reading order: (("torch", "2.13.0"), ...)
+    machine: str = ""  # the machine class's label: every outcome behind this answer ran on it
+    not_built: tuple[str, ...] = ()
+    inconclusive: tuple[str, ...] = ()  # "1.14.0 (not_applicable)", "1.14.1 (flaky 1/3)"
+    signature_family: str = ""
+    before_cell: str = ""
+    after_cell: str = ""
+    runs: tuple[str, ...] = ()
+    refined: bool = False  # a side of it was built by refinement, not by the matrix
+
+    @property
+    def is_range(self) -> bool:
+        return bool(self.not_built or self.inconclusive)
+
+    @property
+    def exact(self) -> bool:
+        return not self.is_range
+
+    @property
+    def how(self) -> str:
+        """How the answer was obtained: `built` (both sides in the matrix), `refined`, or `range`."""
+        return "range" if self.is_range else ("refined" if self.refined else "built")
+
+    def where(self) -> str:
+        """`1.14.0 (after 1.13.0)` for an exact answer; `1.13.0 (fails) and 1.15.0 (passes)` for a range."""
+        if self.exact:
+            return f"{self.after} (after {self.before})"
+        old, new = _verb(self.kind)
+        return f"{self.before} ({old}) and {self.after} ({new})"
+
+    def gaps(self) -> str:
+        """`not built: 1.14.0, 1.14.1; inconclusive: 1.14.2 (not_applicable)`, or ""."""
+        parts = []
+        if self.not_built:
+            shown = ", ".join(self.not_built[:SHOW_NOT_BUILT])
+            more = len(self.not_built) - SHOW_NOT_BUILT
+            parts.append(f"not built: {shown}" + (f" and {more} more" if more > 0 else ""))
+        if self.inconclusive:
+            parts.append(f"inconclusive: {', '.join(self.inconclusive)}")
+        return "; ".join(parts)
+
+    def headline(self) -> str:
+        """The answer in one phrase, the same wherever it appears (summary, attribute, report, dashboard, pin):
+
+        `fixed in accelerate 1.14.0 (after 1.13.0)`, or
+        `fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0`.
+        """
+        if self.exact:
+            return f"{self.kind} in {self.axis} {self.where()}"
+        return f"{self.kind} between {self.axis} {self.where()}; {self.gaps()}"
+
+    def conditions(self) -> str:
+        """`with torch 2.13.0, transformers 5.6.2, … on cpu · linux-x86_64 · Python 3.11`."""
+        text = f"with {held_text(self.held)}" if self.held else ""
+        if self.machine:
+            text += (" " if text else "") + f"on {self.machine}"
+        return text
+
+    def describe(self) -> str:
+        return f"{self.headline()} — {self.conditions()}" if self.conditions() else self.headline()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "signature": self.signature,
+            "signature_family": self.signature_family,
+            "axis": self.axis,
+            "kind": self.kind,
+            "before": self.before,
+            "after": self.after,
+            "untested": list(self.not_built),
+            "inconclusive": list(self.inconclusive),
+            "held": dict(self.held),
+            "machine": self.machine,
+            "before_cell": self.before_cell,
+            "after_cell": self.after_cell,
+            "runs": list(self.runs),
+            "how": self.how,
+            "description": self.describe(),
+        }
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> Transition:
+        """From a stored `transitions` row (JSON columns decoded) or `to_dict()`."""
+        held = row.get("held") or {}
+        return cls(
+            scenario=str(row.get("scenario") or ""),
+            signature=str(row.get("signature") or ""),
+            axis=str(row.get("axis") or ""),
+            kind=row.get("kind") or "fixed",
+            before=str(row.get("before") or ""),
+            after=str(row.get("after") or ""),
+            held=tuple((str(a), str(v)) for a, v in dict(held).items()),
+            machine=str(row.get("machine") or ""),
+            not_built=tuple(str(v) for v in row.get("untested") or ()),
+            inconclusive=tuple(str(v) for v in row.get("inconclusive") or ()),
+            signature_family=str(row.get("signature_family") or ""),
+            before_cell=str(row.get("before_cell") or ""),
+            after_cell=str(row.get("after_cell") or ""),
+            runs=tuple(str(r) for r in row.get("runs") or ()),
+            refined=row.get("how") == "refined",
+        )
+
+
+@dataclass(frozen=True)
+class Flaky:
+    """A cell where a signature showed in some repeats and not in others: no transition uses it."""
+
+    scenario: str
+    signature: str
+    cell_id: str
+    versions: tuple[tuple[str, str], ...]
+    failed: int
+    repeats: int
+    signature_family: str = ""
+    runs: tuple[str, ...] = ()
+    machine: str = ""
+
+    def describe(self) -> str:
+        where = f" on {self.machine}" if self.machine else ""
+        return f"flaky: {self.failed} of {self.repeats} repeat(s) with {held_text(self.versions)}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "signature": self.signature,
+            "signature_family": self.signature_family,
+            "kind": "flaky",
+            "cell_id": self.cell_id,
+            "versions": dict(self.versions),
+            "machine": self.machine,
+            "failed": self.failed,
+            "repeats": self.repeats,
+            "runs": list(self.runs),
+            "how": "flaky",
+            "description": self.describe(),
+        }
+
+
+@dataclass(frozen=True)
+class MachineDifference:
+    """A failure that shows on one machine class and not on another, where no release can be blamed.
+
+    Either the versions are the same on both machines, or the one axis that also differs never
+    ran on the other machine (torch 2.11.0 only on the GPU runner, 2.13.0 only on the CPU): the
+    machine and the release changed together, so it is reported as a difference of machines.
+    """
+
+    scenario: str
+    signature: str
+    fails_on: str  # machine labels
+    passes_on: str
+    axis: str  # the axis that differs too, "" when the versions are the same
+    fails_with: str  # that axis's value on each side ("" when none differs)
+    passes_with: str
+    held: tuple[tuple[str, str], ...]  # the axes equal on both sides
+    signature_family: str = ""
+    fails_cell: str = ""
+    passes_cell: str = ""
+    runs: tuple[str, ...] = ()
+
+    def headline(self) -> str:
+        if not self.axis:
+            return (
+                f"fails on {self.fails_on} and passes on {self.passes_on} with the same versions: a difference of machines, not of releases"
+            )
+        return (
+            f"fails on {self.fails_on} with {self.axis} {self.fails_with} and passes on {self.passes_on} with {self.axis} "
+            f"{self.passes_with}: the machine and {self.axis} changed together, so no {self.axis} release is blamed"
+        )
+
+    def describe(self) -> str:
+        return f"{self.headline()} — with {held_text(self.held)}" if self.held else self.headline()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "signature": self.signature,
+            "signature_family": self.signature_family,
+            "axis": self.axis,
+            "kind": "machine",
+            "before": self.fails_with,
+            "after": self.passes_with,
+            "untested": [],
+            "inconclusive": [],
+            "held": dict(self.held),
+            "machine": self.fails_on,
+            "other_machine": self.passes_on,
+            "before_cell": self.fails_cell,
+            "after_cell": self.passes_cell,
+            "runs": list(self.runs),
+            "how": "machine",
+            "description": self.describe(),
+        }
+
+
+@dataclass(frozen=True)
+class Attribution:
+    transitions: tuple[Transition, ...]
+    flaky: tuple[Flaky, ...]
+    machines: tuple[MachineDifference, ...] = ()
+
+
+def held_text(held: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{axis} {value}" for axis, value in held)
+
+
+# -- the walk --------------------------------------------------------------------------------
+def attribute(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    known_versions: Mapping[str, Iterable[str]] | None = None,
+    commit_order: Mapping[str, Sequence[str]] | None = None,
+    unlisted: Iterable[str] = (),
+) -> Attribution:
+    """Every transition of every failure signature along every axis, per machine class; flaky cells; machine differences.
+
+    rows: outcome rows shaped like `outcomes_v` (repeats and several runs of one combination of
+    versions on one machine class are pooled). known_versions: axis -> releases that exist on
+    the index (`queries.known_releases`); the versions seen in `rows` are always known. Without
+    the index's list, a gap between two tested releases is invisible: pass it. commit_order:
+    axis -> commits, oldest first. unlisted: axes whose index list could not be had; a change
+    between two of their releases is a range (`UNLISTED`), never "in X". Rows without versions
+    are ignored.
+    """
+    commit_order = commit_order or {}
+    cells: dict[str, dict[tuple[Machine, tuple[tuple[str, Point], ...]], _Cell]] = defaultdict(dict)
+    first_seen: dict[tuple[str, Point], str] = {}
+    for row in rows:
+        found = points(row)
+        if not found:
+            continue
+        machine = machine_of(row)
+        key = (machine, tuple(sorted(found.items())))
+        cells[row["scenario"]].setdefault(key, _Cell(found, machine)).rows.append(row)
+        when = str(row.get("started_at") or "").replace("T", " ")  # a datetime from DuckDB, or ISO text
+        for axis, point in found.items():
+            if when and point.release is None and when < first_seen.get((axis, point), "~"):
+                first_seen[(axis, point)] = when
+
+    known = _known_releases(cells, known_versions or {})
+    blind = frozenset(unlisted)
+    transitions: list[Transition] = []
+    flaky: list[Flaky] = []
+    machines: list[MachineDifference] = []
+    for scenario in sorted(cells):
+        by_combo = list(cells[scenario].values())
+        axes = axis_sort({a for c in by_combo for a in c.points})
+        lines = {axis: _lines(by_combo, axis, commit_order.get(axis, ()), first_seen) for axis in axes}
+        for signature, family in _signatures(by_combo):
+            for axis in axes:
+                for line in lines[axis]:
+                    walked = _walk(scenario, signature, family, axis, line, known.get(axis, []), commit_order.get(axis, ()))
+                    transitions.extend(_unlisted(t) if axis in blind else t for t in walked)
+            for cell in sorted(by_combo, key=lambda c: (c.cell_id, c.machine)):
+                if cell.evidence(signature) == "flaky":
+                    failed, _, repeats = cell.counts(signature)
+                    versions = tuple((a, cell.points[a].label()) for a in axis_sort(cell.points))
+                    flaky.append(
+                        Flaky(
+                            scenario,
+                            signature,
+                            cell.cell_id,
+                            versions,
+                            failed,
+                            repeats,
+                            family,
+                            tuple(sorted(cell.runs)),
+                            cell.machine.label(),
+                        )
+                    )
+            machines.extend(_machine_differences(scenario, signature, family, by_combo))
+    return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
+
+
+def _signatures(cells: list[_Cell]) -> list[tuple[str, str]]:
+    """(signature, family) of every failure seen in these cells, sorted by signature."""
+    families: dict[str, str] = {}
+    for cell in cells:
+        for row in cell.rows:
+            if row["status"] in FAILURES:
+                sig = signature_of(row)
+                families[sig] = families.get(sig) or str(row.get("signature_family") or "")
+    return sorted(families.items())
+
+
+def _lines(cells: list[_Cell], axis: str, commits: Sequence[str], first_seen: Mapping[tuple[str, Point], str]) -> list[list[_Cell]]:
+    """Cells on one machine that differ only in `axis`, each group ordered along it; groups in a stable order."""
+    groups: dict[tuple[Machine, tuple[tuple[str, Point], ...]], list[_Cell]] = defaultdict(list)
+    for cell in cells:
+        if axis in cell.points:
+            groups[(cell.machine, tuple(sorted((a, p) for a, p in cell.points.items() if a != axis)))].append(cell)
+    lines = [
+        sorted(group, key=lambda c: order_key(c.points[axis], commits, first_seen.get((axis, c.points[axis]), "")))
+        for group in groups.values()
+    ]
+    # Lines in the order of their machine and held versions (older first), so output reads like the matrix.
+    lines.sort(key=lambda line: (line[0].machine, tuple((a, order_key(p)) for a, p in sorted(line[0].points.items()) if a != axis)))
+    return [line for line in lines if len(line) > 1]
+
+
+def _walk(
+    scenario: str, signature: str, family: str, axis: str, line: list[_Cell], known: list[Version], commits: Sequence[str]
+) -> list[Transition]:
+    verdicts = [cell.evidence(signature) for cell in line]
+    definite = [i for i, v in enumerate(verdicts) if v in ("has", "clean")]
+    found = []
+    for i, j in pairwise(definite):
+        if verdicts[i] == verdicts[j]:
+            continue
+        old, new = line[i], line[j]
+        held = tuple((a, old.points[a].label()) for a in axis_sort(old.points) if a != axis)
+        found.append(
+            Transition(
+                scenario=scenario,
+                signature=signature,
+                axis=axis,
+                kind="introduced" if verdicts[j] == "has" else "fixed",
+                before=old.points[axis].label(),
+                after=new.points[axis].label(),
+                held=held,
+                machine=old.machine.label(),
+                not_built=not_built(old.points[axis], new.points[axis], [c.points[axis] for c in line], known, commits),
+                inconclusive=tuple(f"{c.points[axis].label()} ({c.why_skipped(signature)})" for c in line[i + 1 : j]),
+                signature_family=family,
+                before_cell=old.cell_id,
+                after_cell=new.cell_id,
+                runs=tuple(sorted(old.runs | new.runs)),
+                refined=old.refined or new.refined,
+            )
+        )
+    return found
+
+
+def _unlisted(t: Transition) -> Transition:
+    """Between two releases of an axis whose index list is unknown, anything may lie."""
+    if release(t.before) is None or release(t.after) is None or t.not_built:
+        return t
+    return replace(t, not_built=(UNLISTED,))
+
+
+def not_built(before: Point, after: Point, tried: Sequence[Point], known: Sequence[Version], commits: Sequence[str]) -> tuple[str, ...]:
+    """Known releases (or listed commits) strictly between `before` and `after` that this line never ran."""
+    low, high = _public(before), _public(after)
+    if low is not None:
+        tried_releases = {_public(p) for p in tried} - {None}
+        # `after` may be a git source: every release newer than `before` then lies between.
+        return tuple(str(v) for v in between(known, low, high) if v not in tried_releases)
+    i, j = commit_index(before.commit, commits), commit_index(after.commit, commits)
+    if i is None or j is None:
+        return ()
+    tried_commits = {commit_index(p.commit, commits) for p in tried}
+    return tuple(commits[k][:12] for k in range(i + 1, j) if k not in tried_commits)
+
+
+def _public(point: Point) -> Version | None:
+    # 2.13.0 and 2.13.0+cpu are one release on the index: compare public versions
+    return Version(point.release.public) if point.release is not None else None
+
+
+def _known_releases(cells: Mapping[str, Mapping[Any, _Cell]], given: Mapping[str, Iterable[str]]) -> dict[str, list[Version]]:
+    """axis -> sorted public releases: those given, and every release any stored cell used on that axis."""
+    known: dict[str, set[Version]] = defaultdict(set)
+    for axis, values in given.items():
+        for value in values:
+            version = release(str(value))
+            if version is not None and not version.is_prerelease and not version.is_devrelease:
+                known[axis].add(Version(version.public))
+    for by_combo in cells.values():
+        for cell in by_combo.values():
+            for axis, point in cell.points.items():
+                if point.release is not None:
+                    known[axis].add(Version(point.release.public))
+    return {axis: sorted(versions) for axis, versions in known.items()}
+
+
+def _machine_differences(scenario: str, signature: str, family: str, cells: list[_Cell]) -> list[MachineDifference]:
+    """Pairs of cells on two machines, `has` on one and `clean` on the other, that no release explains.
+
+    A pair counts when its versions are equal, or when the one axis that differs has, on each
+    side, a value that never ran on the other side's machine (confounded with the machine).
+    One finding per (machine that fails, machine that passes, axis, values).
+    """
+    if len({c.machine for c in cells}) < 2:
+        return []
+    values_on: dict[tuple[str, Point], set[Machine]] = defaultdict(set)
+    for cell in cells:
+        for axis, point in cell.points.items():
+            values_on[(axis, point)].add(cell.machine)
+    has = [c for c in cells if c.evidence(signature) == "has"]
+    clean = [c for c in cells if c.evidence(signature) == "clean"]
+    found: dict[tuple[Machine, Machine, str, str, str], MachineDifference] = {}
+    for bad in has:
+        for good in clean:
+            if bad.machine == good.machine or set(bad.points) != set(good.points):
+                continue
+            differ = [a for a in bad.points if bad.points[a] != good.points[a]]
+            if len(differ) > 1:
+                continue
+            axis = differ[0] if differ else ""
+            if axis and (good.machine in values_on[(axis, bad.points[axis])] or bad.machine in values_on[(axis, good.points[axis])]):
+                continue  # the other machine ran this value too: a same-machine line can speak to it
+            fails_with = bad.points[axis].label() if axis else ""
+            passes_with = good.points[axis].label() if axis else ""
+            key = (bad.machine, good.machine, axis, fails_with, passes_with)
+            if key in found:
+                continue
+            held = tuple((a, bad.points[a].label()) for a in axis_sort(bad.points) if a != axis)
+            found[key] = MachineDifference(
+                scenario,
+                signature,
+                bad.machine.label(),
+                good.machine.label(),
+                axis,
+                fails_with,
+                passes_with,
+                held,
+                family,
+                bad.cell_id,
+                good.cell_id,
+                tuple(sorted(bad.runs | good.runs)),
+            )
+    return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], k[2], k[3], k[4]))]
+
+
+def seen_versions(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """axis -> every value the rows' cells used: pass it as `known_versions` when attributing a subset."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        for axis, point in points(row).items():
+            seen[axis].add(point.value)
+    return {axis: sorted(values) for axis, values in seen.items()}
+
+
+# -- storage ---------------------------------------------------------------------------------
+def to_rows(result: Attribution, scope: str = "") -> list[dict[str, Any]]:
+    """Rows for the `transitions` table: one per transition, per machine difference (kind `machine`)
+    and per flaky cell (kind `flaky`). scope: the run id the outcomes came from, "" for all runs."""
+    rows = [{"scope": scope, **t.to_dict()} for t in result.transitions]
+    rows += [{"scope": scope, **m.to_dict()} for m in result.machines]
+    for f in result.flaky:
+        rows.append(
+            {
+                "scope": scope,
+                "scenario": f.scenario,
+                "signature": f.signature,
+                "signature_family": f.signature_family,
+                "axis": "",
+                "kind": "flaky",
+                "before": "",
+                "after": "",
+                "untested": [],
+                "inconclusive": [],
+                "held": dict(f.versions),
+                "machine": f.machine,
+                "before_cell": f.cell_id,
+                "after_cell": f.cell_id,
+                "runs": list(f.runs),
+                "how": "flaky",
+                "description": f.describe(),
+            }
+        )
+    return rows
+
+
+def headline_of(row: Mapping[str, Any]) -> str:
+    """The one-phrase answer of a stored `transitions` row, whatever its kind."""
+    kind = row.get("kind")
+    if kind in ("introduced", "fixed"):
+        return Transition.from_dict(row).headline()
+    return str(row.get("description") or "")

@@ -1,0 +1,163 @@
+"""One stored outcome row as the analysis reads it: its axes, its exact versions, its machine. Pure.
+
+Rows are shaped like the view `outcomes_v` (`queries.outcome_rows`) or a JSON-lines shard's
+outcome records: JSON columns arrive as text or as dicts, and both are read the same way.
+
+>>> row = {"versions": '{"torch": "2.13.0", "accelerate": "1.14.0"}', "installed": '{"torch": "2.13.0+cpu"}',
+...        "platform": "linux-x86_64", "gpu": "cpu", "python": "3.11"}
+>>> points(row)["torch"], installed(row)["torch"], machine_of(row).label()
+(Point(value='2.13.0', commit=''), '2.13.0+cpu', 'cpu · linux-x86_64 · Python 3.11')
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from harness.analysis.versions import Point, release
+
+#: The axes in the order people read them; any other axis (any PyPI package can be one) follows by name.
+AXIS_ORDER = ("torch", "transformers", "accelerate", "peft", "bitsandbytes")
+_PYTHON = re.compile(r"^(\d+)\.(\d+)")
+_CUDA_LABEL = re.compile(r"^cu(\d+)(\d)$")  # torch's local version label: +cu130 -> 13.0, +cu129 -> 12.9
+
+
+def axis_sort(axes: Iterable[str]) -> list[str]:
+    return sorted(set(axes), key=lambda a: (AXIS_ORDER.index(a) if a in AXIS_ORDER else len(AXIS_ORDER), a))
+
+
+@lru_cache(maxsize=4096)
+def canonical(package: str) -> str:
+    # cached: a 100k-outcome store asks for the same few hundred names millions of times
+    return str(canonicalize_name(package))
+
+
+def json_map(value: Any) -> Mapping[str, Any]:
+    """A JSON object column as DuckDB returns it (text) or as a dict; read-only (parsed text is shared)."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        return _parse(value)
+    return dict(value)
+
+
+@lru_cache(maxsize=8192)
+def _parse(text: str) -> Mapping[str, Any]:
+    # Every repeat and scenario of a cell carries the same freeze: parse it once.
+    parsed = json.loads(text)
+    return MappingProxyType(parsed if isinstance(parsed, dict) else {})
+
+
+def _by_name(value: Any) -> Mapping[str, str]:
+    if isinstance(value, str):
+        return _by_name_text(value)
+    return {canonical(k): str(v) for k, v in json_map(value).items()}
+
+
+@lru_cache(maxsize=8192)
+def _by_name_text(text: str) -> Mapping[str, str]:
+    return MappingProxyType({canonical(k): str(v) for k, v in json_map(text).items()})
+
+
+def requested(row: Mapping[str, Any]) -> dict[str, str]:
+    """axis -> the value the cell asked for (`1.14.0`, a git URL, a path, `inherit`).
+
+    The axes are the keys of `versions`, or the five axis columns when a row has none.
+    """
+    versions = _by_name(row.get("versions"))
+    if versions:
+        return dict(versions)
+    return {axis: str(row[axis]) for axis in AXIS_ORDER if row.get(axis)}
+
+
+def points(row: Mapping[str, Any]) -> dict[str, Point]:
+    """axis -> the candidate the cell ran, as compared along an axis.
+
+    A git or path candidate carries its commit; an inherited axis is placed by the version the
+    base interpreter really had (what was tested).
+    """
+    commits = json_map(row.get("git_commits"))
+    found = _by_name(row.get("installed"))
+    inherited = _by_name(row.get("inherited"))
+    out = {}
+    for axis, value in requested(row).items():
+        if value == "inherit":
+            value = inherited.get(axis) or found.get(axis) or value
+        out[axis] = Point(value, str(commits.get(axis) or ""))
+    return out
+
+
+def installed(row: Mapping[str, Any]) -> dict[str, str]:
+    """axis -> the exact version the cell ran (`2.13.0+cpu`): its freeze, else inherited, else requested."""
+    found, inherited = _by_name(row.get("installed")), _by_name(row.get("inherited"))
+    out = {}
+    for axis, value in requested(row).items():
+        exact = found.get(axis) or inherited.get(axis) or value or str(row.get(axis) or "")
+        if exact:
+            out[axis] = exact
+    return out
+
+
+def signature_of(row: Mapping[str, Any]) -> str:
+    """The failure's identity: its signature, or its status when it has none (a timeout, say)."""
+    return str(row.get("signature") or row["status"])
+
+
+def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    """How many axes two cells' versions differ in (an axis one of them lacks counts)."""
+    return sum(a.get(axis) != b.get(axis) for axis in {*a, *b})
+
+
+# -- machines --------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class Machine:
+    """What must match for two outcomes to be compared: platform, CPU or GPU model, Python, CUDA runtime."""
+
+    platform: str = ""
+    accelerator: str = ""  # "cpu", or the GPU's name ("NVIDIA H200")
+    python: str = ""  # major.minor of the cell's interpreter
+    cuda: str = ""  # the CUDA runtime the cell's torch was built for; "" for a CPU build
+
+    def label(self) -> str:
+        """`NVIDIA H200 · linux-x86_64 · Python 3.12 · CUDA 13.0`; `cpu · linux-x86_64 · Python 3.11`; "" when nothing is known."""
+        if self == Machine():
+            return ""
+        parts = [self.accelerator or "?", self.platform or "?", f"Python {self.python or '?'}"]
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
+        return " · ".join(parts)
+
+
+def _minor(text: str) -> str:
+    match = _PYTHON.match(text or "")
+    return f"{match.group(1)}.{match.group(2)}" if match else ""
+
+
+def _cuda_from_torch(version: str) -> str:
+    """`2.11.0+cu130` -> `13.0`: the build's local label names its CUDA runtime (older rows lack the column)."""
+    local = (release(version).local or "") if release(version) is not None else ""  # type: ignore[union-attr]
+    match = _CUDA_LABEL.match(local)
+    return f"{int(match.group(1))}.{match.group(2)}" if match else ""
+
+
+def machine_of(row: Mapping[str, Any]) -> Machine:
+    """The machine class of a row: from the run's host and the cell's interpreter and torch build.
+
+    Python comes from the cell's own interpreter (`python_version`), else from the matrix's
+    `python` setting when it is a version, else from the host's Python (a path setting names an
+    interpreter on that host).
+    """
+    python = (
+        _minor(str(row.get("python_version") or "")) or _minor(str(row.get("python") or "")) or _minor(str(row.get("host_python") or ""))
+    )
+    cuda = str(row.get("cuda_runtime") or "") or _cuda_from_torch(installed(row).get("torch", ""))
+    # A row with no host at all (pure tests, hand-made rows) has no machine class to name.
+    accelerator = str(row.get("gpu") or ("cpu" if row.get("platform") else ""))
+    return Machine(str(row.get("platform") or ""), accelerator, python, cuda)

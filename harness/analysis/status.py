@@ -1,0 +1,105 @@
+"""Outcome statuses: the closed set, which of them count as evidence, and one word for repeats. Pure.
+
+>>> fold({"pass": 2, "error": 1})
+'error 1/3 mixed'
+>>> "error" in FAILURES, is_evidence("inconclusive")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+
+class Status(enum.StrEnum):
+    """What happened to one scenario in one cell.
+
+    The split mirrors nox: "could not build the environment" (unresolvable, install_failed)
+    stays apart from "the check failed" (fail) and "it blew up" (error, crash, oom, timeout).
+    `inconclusive` is a scenario that ran but never reached the state it checks (no layer was
+    offloaded, the offset was never on meta): neither a pass nor a failure.
+    """
+
+    PASS = "pass"
+    FAIL = "fail"  # the scenario's own check failed (parity, wrong device)
+    ERROR = "error"  # an uncaught exception
+    CRASH = "crash"  # killed by a signal, or exited non-zero without a traceback
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    INCONCLUSIVE = "inconclusive"  # ran, but did not reach the state it checks
+    UNRESOLVABLE = "unresolvable"  # the pins do not resolve: the resolver's words are kept
+    INSTALL_FAILED = "install_failed"
+    NOT_APPLICABLE = "not_applicable"
+
+    @property
+    def is_failure(self) -> bool:
+        return self in FAILURES
+
+    @property
+    def is_env_problem(self) -> bool:
+        return self in ENV_PROBLEMS
+
+
+#: A failure of the code path under test. Members compare equal to their text ("error").
+FAILURES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, Status.OOM})
+#: The environment could not be built: nothing was run.
+ENV_PROBLEMS = frozenset({Status.UNRESOLVABLE, Status.INSTALL_FAILED})
+#: Says nothing either way about the code path: never a pass, never a failure, in attribution,
+#: pins, bisection and reports.
+NO_EVIDENCE = frozenset({Status.INCONCLUSIVE, Status.NOT_APPLICABLE, *ENV_PROBLEMS})
+#: Worst first: the word for a mixture of repeats names the worst status in it.
+SEVERITY: tuple[Status, ...] = (
+    Status.CRASH,
+    Status.OOM,
+    Status.ERROR,
+    Status.FAIL,
+    Status.TIMEOUT,
+    Status.INCONCLUSIVE,
+    Status.INSTALL_FAILED,
+    Status.UNRESOLVABLE,
+    Status.NOT_APPLICABLE,
+    Status.PASS,
+)
+
+
+def is_failure(status: str) -> bool:
+    return status in FAILURES
+
+
+def is_evidence(status: str) -> bool:
+    """A pass or a failure: an outcome that says something about the code path."""
+    return status == Status.PASS or status in FAILURES
+
+
+def fold(counts: Mapping[str, int]) -> str:
+    """One word for the repeats (over runs) of a scenario in a cell: the summary's and the dashboard's.
+
+    Not-applicable outcomes beside applicable ones (a GPU scenario on a CPU run and on a GPU
+    run) say nothing and are dropped. A mixture names its worst status and how often it
+    happened; with passes among them it is `mixed`: flaky repeats, or runs that disagree.
+
+    >>> fold({"pass": 3}), fold({"not_applicable": 1, "pass": 1}), fold({"error": 2, "fail": 1})
+    ('pass', 'pass', 'error 2/3')
+    """
+    present = {str(s): n for s, n in counts.items() if n}
+    if len(present) > 1:
+        present.pop(Status.NOT_APPLICABLE, None)
+    if not present:
+        return ""
+    if len(present) == 1:
+        return next(iter(present))
+    total = sum(present.values())
+    worst = next((s for s in SEVERITY if s in present), sorted(present)[0])
+    word = f"{worst} {present[worst]}/{total}"
+    return f"{word} mixed" if Status.PASS in present else word
+
+
+def fold_statuses(statuses: Iterable[str]) -> str:
+    return fold(Counter(str(s) for s in statuses))
+
+
+def status_of(word: str) -> str:
+    """The colour key of a folded word: its status, or `mixed`."""
+    return "mixed" if word.endswith("mixed") else (word.split()[0] if word else "")

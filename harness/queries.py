@@ -1,0 +1,366 @@
+"""Reads of a results file, each named by what it returns. The CLI, the dashboard and the analysis
+drivers call these same functions, typed, with a `Store` (opened read-only where nothing is written).
+
+Filters (dashboard pages) are a mapping of column or axis -> allowed values: run_id, cell_id,
+scenario, status, platform, gpu, any axis (torch, transformers, …, or another package recorded
+in a cell's versions). An empty or missing list means "any". Heavy lifting (grouping,
+counting) stays in DuckDB, so a page over 100,000 outcomes moves thousands of rows into
+Python, not 100,000.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.analysis.rows import AXIS_ORDER
+from harness.analysis.status import FAILURES, Status
+from harness.store import Store
+
+Filters = Mapping[str, Sequence[str]]
+
+_FILTER_COLUMNS = frozenset({"run_id", "cell_id", "scenario", "status", "platform", "gpu", *AXIS_ORDER})
+_CELL_JSON = ("versions", "requirements", "installed", "inherited", "git_commits", "host")
+_TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
+_FAILING = ", ".join(f"'{s}'" for s in sorted(FAILURES))
+_NOT_A_FAILURE = f"status NOT IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}', '{Status.INCONCLUSIVE}')"
+
+
+def _decode(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    for row in rows:
+        for column in columns:
+            if isinstance(row.get(column), str):
+                row[column] = json.loads(row[column]) if row[column] else {}
+    return rows
+
+
+def _where(filters: Filters | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name, values in sorted((filters or {}).items()):
+        chosen = [str(v) for v in values]
+        if not chosen:
+            continue
+        marks = ", ".join("?" for _ in chosen)
+        if name in _FILTER_COLUMNS:
+            clauses.append(f"{name} IN ({marks})")  # name is one of a fixed set, never user text
+        else:
+            clauses.append(f"COALESCE(installed->>?, versions->>?) IN ({marks})")
+            params += [name, name]
+        params += chosen
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+# -- outcomes --------------------------------------------------------------------------------
+def outcome_rows(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every row of `outcomes_v` (of one run, or all), by cell, scenario and repeat."""
+    sql = "SELECT * FROM outcomes_v"
+    params: list[Any] = []
+    if run_id:
+        sql += " WHERE run_id = ?"
+        params.append(run_id)
+    return store.fetch(sql + " ORDER BY cell_id, scenario, repeat, run_id", params)
+
+
+def outcome_rows_with_traces(store: Store, scenarios: Sequence[str] = (), cell_id: str = "", signature: str = "") -> list[dict[str, Any]]:
+    """`outcomes_v` rows plus each outcome's `traceback` and `output_tail` (the view leaves them out).
+
+    scenarios: only these (empty: all). cell_id: only this cell. signature: only outcomes with it.
+    """
+    sql = "SELECT v.*, o.traceback, o.output_tail FROM outcomes_v v JOIN outcomes o USING (run_id, cell_id, scenario, repeat)"
+    where: list[str] = []
+    params: list[Any] = []
+    if scenarios:
+        where.append(f"v.scenario IN ({', '.join('?' for _ in scenarios)})")
+        params.extend(scenarios)
+    if cell_id:
+        where.append("v.cell_id = ?")
+        params.append(cell_id)
+    if signature:
+        where.append("v.signature = ?")
+        params.append(signature)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params)
+
+
+def statuses(store: Store, cell_id: str, scenario: str) -> list[str]:
+    """Every stored status of one scenario in one cell, over all runs, oldest first (bisection reuses them)."""
+    rows = store.fetch("SELECT status FROM outcomes WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario])
+    return [r["status"] for r in rows]
+
+
+def cell_outcomes(store: Store, cell_id: str, runs: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every outcome of one cell with its traceback, output tail and metrics (decoded), and where it ran."""
+    sql = (
+        "SELECT o.*, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu FROM outcomes o "
+        "LEFT JOIN runs r USING (run_id) WHERE o.cell_id = ?"
+    )
+    params: list[Any] = [cell_id]
+    if runs:
+        sql += f" AND o.run_id IN ({', '.join('?' for _ in runs)})"
+        params += list(runs)
+    return _decode(store.fetch(sql + " ORDER BY o.scenario, o.started_at, o.run_id, o.repeat", params), ["metrics"])
+
+
+def row_count(store: Store, table: str = "outcomes") -> int:
+    """Rows in one of the tables outcomes, cells, runs."""
+    if table not in ("outcomes", "cells", "runs"):
+        raise ValueError(table)
+    return int(store.fetch(f"SELECT count(*) AS n FROM {table}")[0]["n"])
+
+
+def duplicate_key_count(store: Store) -> int:
+    """Outcome keys stored more than once (0 in a healthy file: outcomes are append-only)."""
+    sql = "SELECT count(*) AS n FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)"
+    return int(store.fetch(sql)[0]["n"])
+
+
+# -- runs, cells, releases -------------------------------------------------------------------
+def runs(store: Store) -> dict[str, dict[str, Any]]:
+    """run id -> its `runs` row, `settings` and `host` decoded: index settings, matrix path, GPU; oldest first."""
+    found = {}
+    for row in store.fetch("SELECT * FROM runs ORDER BY started_at, run_id"):
+        for column in ("settings", "host"):
+            value = json.loads(row[column]) if isinstance(row.get(column), str) else row.get(column)
+            row[column] = value if isinstance(value, dict) else {}
+        found[row["run_id"]] = row
+    return found
+
+
+def cell_record(store: Store, run_id: str, cell_id: str) -> dict[str, Any] | None:
+    """One run's record of one cell (JSON columns decoded)."""
+    rows = _decode(store.fetch("SELECT * FROM cells WHERE run_id = ? AND cell_id = ?", [run_id, cell_id]), _CELL_JSON)
+    return rows[0] if rows else None
+
+
+def cell_records(store: Store, cell_id: str) -> list[dict[str, Any]]:
+    """Every run's record of one cell (JSON decoded), with that run's host; newest first."""
+    rows = store.fetch(
+        "SELECT c.*, r.host, r.harness_version, r.matrix_path FROM cells c LEFT JOIN runs r USING (run_id) "
+        "WHERE c.cell_id = ? ORDER BY c.built_at DESC, c.run_id DESC",
+        [cell_id],
+    )
+    return _decode(rows, _CELL_JSON)
+
+
+def known_releases(store: Store) -> dict[str, list[str]]:
+    """axis -> every release the index listed for it, in any run (or a list `harness attribute` fetched)."""
+    if not store.has_table("releases"):
+        return {}
+    found: dict[str, list[str]] = {}
+    for row in store.fetch("SELECT DISTINCT axis, version FROM releases ORDER BY axis, version"):
+        found.setdefault(row["axis"], []).append(row["version"])
+    return found
+
+
+# -- answers ---------------------------------------------------------------------------------
+def transitions(store: Store, scope: str | None = None, signature: str | None = None) -> list[dict[str, Any]]:
+    """Stored answers (JSON columns decoded), of one scope and one signature if given, in attribution's order.
+
+    A file opened read-only from before migration 0003 has no table yet: no transitions.
+    """
+    if not store.has_table("transitions"):
+        return []
+    where, params = [], []
+    if scope is not None:
+        where.append("scope = ?")
+        params.append(scope)
+    if signature is not None:
+        where.append("signature = ?")
+        params.append(signature)
+    sql = "SELECT * FROM transitions" + (" WHERE " + " AND ".join(where) if where else "")
+    return _decode(store.fetch(sql + " ORDER BY scope, scenario, seq", params), _TRANSITION_JSON)
+
+
+def transition_scopes(store: Store) -> list[str]:
+    if not store.has_table("transitions"):
+        return []
+    return [r["scope"] for r in store.fetch("SELECT DISTINCT scope FROM transitions ORDER BY 1")]
+
+
+def transition_summary(store: Store, scope: str = "") -> list[dict[str, Any]]:
+    """Per signature, one row per distinct answer (kind, axis, both ends, what lies between, machine),
+    with how many lines of the matrix gave it: the failures table's words."""
+    if not store.has_table("transitions"):
+        return []
+    machine = "COALESCE(machine, '')" if "machine" in _columns(store, "transitions") else "''"
+    rows = store.fetch(
+        f"SELECT signature, kind, axis, before, after, untested, inconclusive, {machine} AS machine, "
+        "any_value(description) AS description, count(*) AS lines "
+        "FROM transitions WHERE scope = ? GROUP BY ALL ORDER BY signature, kind, axis, before, after",
+        [scope],
+    )
+    return _decode(rows, ("untested", "inconclusive"))
+
+
+def _columns(store: Store, table: str) -> set[str]:
+    return {r["column_name"] for r in store.fetch("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table])}
+
+
+def _column_or_null(store: Store, table: str, column: str) -> str:
+    """`column`, or `NULL AS column` in a file written before the migration that added it."""
+    return column if column in _columns(store, table) else f"NULL AS {column}"
+
+
+# -- the dashboard's pages -------------------------------------------------------------------
+def overview(store: Store) -> dict[str, Any]:
+    """What the file holds, for the 'which data is this' line: counts, time span, hosts."""
+    row = store.fetch(
+        "SELECT count(*) AS outcomes, count(DISTINCT run_id) AS runs, count(DISTINCT cell_id) AS cells, "
+        "count(DISTINCT scenario) AS scenarios, min(started_at) AS first, max(started_at) AS last FROM outcomes"
+    )[0]
+    hosts = store.fetch("SELECT DISTINCT host->>'platform' AS platform, host->>'gpu' AS gpu FROM runs ORDER BY ALL")
+    answers = store.fetch("SELECT count(*) AS n FROM transitions")[0]["n"] if store.has_table("transitions") else 0
+    return {
+        "outcomes": int(row["outcomes"]),
+        "runs": int(row["runs"]),
+        "cells": int(row["cells"]),
+        "scenarios": int(row["scenarios"]),
+        "first": row["first"],
+        "last": row["last"],
+        "platforms": sorted({h["platform"] for h in hosts if h["platform"]}),
+        "gpus": sorted({h["gpu"] for h in hosts if h["gpu"]}),
+        "transitions": int(answers),
+    }
+
+
+def run_summaries(store: Store) -> list[dict[str, Any]]:
+    """One row per run: where it ran, when (its outcomes' span), how much it holds; newest first."""
+    return store.fetch(
+        """
+        WITH o AS (
+            SELECT run_id, min(started_at) AS first, max(started_at) AS last, count(*) AS outcomes,
+                   count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios
+            FROM outcomes GROUP BY run_id
+        )
+        SELECT r.run_id, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu, r.harness_version,
+               o.first, o.last, COALESCE(o.outcomes, 0) AS outcomes, COALESCE(o.cells, 0) AS cells,
+               COALESCE(o.scenarios, 0) AS scenarios, starts_with(r.run_id, 'bisect-') AS bisection
+        FROM runs r LEFT JOIN o USING (run_id) ORDER BY o.last DESC NULLS LAST, r.run_id
+        """
+    )
+
+
+def facets(store: Store) -> dict[str, list[str]]:
+    """Every value a filter can take: scenario, platform, gpu, run_id, and each axis (unsorted versions)."""
+    found: dict[str, list[str]] = {
+        "scenario": [r["scenario"] for r in store.fetch("SELECT DISTINCT scenario FROM outcomes ORDER BY 1")],
+        "run_id": [r["run_id"] for r in store.fetch("SELECT run_id FROM runs ORDER BY 1")],
+    }
+    hosts = store.fetch("SELECT DISTINCT host->>'platform' AS platform, host->>'gpu' AS gpu FROM runs")
+    found["platform"] = sorted({h["platform"] for h in hosts if h["platform"]})
+    found["gpu"] = sorted({h["gpu"] for h in hosts if h["gpu"]})
+    rows = store.fetch(
+        "SELECT axis, COALESCE(installed->>axis, versions->>axis) AS value "
+        "FROM (SELECT installed, versions, unnest(json_keys(versions)) AS axis FROM cells) GROUP BY ALL ORDER BY ALL"
+    )
+    for row in rows:
+        if row["value"] is not None:
+            found.setdefault(row["axis"], []).append(row["value"])
+    return found
+
+
+def matrix_counts(store: Store, filters: Filters | None = None, *, by_gpu: bool = False) -> list[dict[str, Any]]:
+    """One row per (cell, scenario[, gpu]) over the filtered outcomes: `outcomes`, a count per
+    status (columns named after the statuses) and the most frequent failure signature."""
+    where, params = _where(filters)
+    counts = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}" for s in Status)
+    gpu = ", COALESCE(gpu, '') AS gpu" if by_gpu else ""
+    return store.fetch(
+        f"SELECT cell_id, scenario{gpu}, count(*) AS outcomes, {counts}, "
+        f"mode(signature) FILTER (WHERE signature <> '' AND status IN ({_FAILING})) AS signature "
+        f"FROM outcomes_v{where} GROUP BY ALL ORDER BY ALL",
+        params,
+    )
+
+
+def cell_summaries(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """One row per cell among the filtered outcomes: its axis versions (the five columns and
+    `versions`, JSON decoded), runs, GPUs, outcome count and last outcome time."""
+    where, params = _where(filters)
+    axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
+    # Group the outcomes first and look the versions up once per cell: extracting them from
+    # JSON for every outcome row costs several times more.
+    rows = store.fetch(
+        f"""
+        WITH o AS (
+            SELECT cell_id, list(DISTINCT run_id ORDER BY run_id) AS runs,
+                   list(DISTINCT COALESCE(gpu, '') ORDER BY COALESCE(gpu, '')) AS gpus,
+                   count(*) AS outcomes, max(started_at) AS last
+            FROM outcomes_v{where} GROUP BY cell_id
+        ),
+        c AS (
+            SELECT cell_id, arg_max(installed, built_at) AS installed, arg_max(versions, built_at) AS versions
+            FROM cells GROUP BY cell_id
+        )
+        SELECT o.cell_id, {axes}, c.versions, o.runs, o.gpus, o.outcomes, o.last
+        FROM o LEFT JOIN c USING (cell_id) ORDER BY o.cell_id
+        """,
+        params,
+    )
+    for row in rows:
+        row["versions"] = json.loads(row["versions"]) if isinstance(row["versions"], str) else (row["versions"] or {})
+    return rows
+
+
+def failure_summaries(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """One row per failure signature (failures only: not pass, not_applicable or inconclusive): the library it
+    blames, how many outcomes, cells, scenarios and runs it hits, when first and last seen."""
+    where, params = _where(filters)
+    where = (where + " AND" if where else " WHERE") + f" {_NOT_A_FAILURE}"
+    return store.fetch(
+        f"""
+        SELECT COALESCE(NULLIF(signature, ''), status) AS signature, any_value(signature_family) AS signature_family,
+               mode(NULLIF(blamed_library, '')) AS blamed_library, mode(NULLIF(exception_type, '')) AS exception_type,
+               list(DISTINCT status ORDER BY status) AS statuses, count(*) AS outcomes, count(DISTINCT cell_id) AS cells,
+               list(DISTINCT scenario ORDER BY scenario) AS scenarios, count(DISTINCT run_id) AS runs,
+               min(started_at) AS first_seen, max(started_at) AS last_seen, min(cell_id) AS example_cell
+        FROM outcomes_v{where} GROUP BY 1 ORDER BY cells DESC, outcomes DESC, signature
+        """,
+        params,
+    )
+
+
+def bisection_probes(store: Store) -> list[dict[str, Any]]:
+    """Outcomes of `harness bisect` runs (run ids `bisect-<scenario>-<axis>`), without their long text."""
+    rows = store.fetch(
+        "SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, git_commits, "
+        f"{', '.join(AXIS_ORDER)}, gpu, started_at FROM outcomes_v WHERE starts_with(run_id, 'bisect-') "
+        "ORDER BY run_id, started_at, cell_id, repeat"
+    )
+    return _decode(rows, ("versions", "git_commits"))
+
+
+def pin_rows(store: Store, scenarios: Sequence[str], filters: Filters | None = None) -> list[dict[str, Any]]:
+    """Outcome rows of `scenarios` shaped for `analysis.pin.choose`, slimmed for speed: `installed`
+    and `inherited` hold only the cell's axes (`cell_records` has the full freeze), `message`
+    only its first line; with the machine columns the pin compares within."""
+    if not scenarios:
+        return []
+    where, params = _where({**(filters or {}), "scenario": list(scenarios)})
+    # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
+    cuda, version = (_column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
+    host_python = _column_or_null(store, "outcomes_v", "host_python")
+    return store.fetch(
+        f"""
+        WITH c AS (
+            SELECT run_id, cell_id, python, versions, {cuda}, {version},
+                   (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE installed->>k IS NOT NULL) AS installed,
+                   (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE inherited->>k IS NOT NULL) AS inherited
+            FROM cells
+        ),
+        o AS (
+            SELECT run_id, cell_id, scenario, repeat, status, signature, split_part(message, chr(10), 1) AS message,
+                   gpu, platform, {host_python}, started_at
+            FROM outcomes_v{where}
+        )
+        SELECT o.*, c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version
+        FROM o LEFT JOIN c USING (run_id, cell_id)
+        ORDER BY o.cell_id, o.scenario, o.run_id, o.repeat
+        """,
+        params,
+    )
