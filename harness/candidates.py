@@ -382,9 +382,7 @@ def install_tags(python: tuple[int, int] | None) -> frozenset[Tag] | None:
     return frozenset([*cpython_tags(python, platforms=platforms), *compatible_tags(python, platforms=platforms)])
 
 
-def listed_releases(
-    index: PackageIndex, package: str, tags: frozenset[Tag] | None, exclude_newer: datetime | None = None
-) -> list[Release]:
+def listed_releases(index: PackageIndex, package: str, tags: frozenset[Tag] | None, exclude_newer: datetime | None = None) -> list[Release]:
     """Final, non-yanked releases of `package` that the index (and find-links) offer and that can be
     installed with `tags`, uploaded before `exclude_newer` when given; oldest first.
 

@@ -6,14 +6,16 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__
 from harness.analysis.attribution import attribute
+from harness.analysis.refine import Plan
 from harness.envs import EnvResult
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
@@ -86,6 +88,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
     )
     p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
+    p.add_argument(
+        "--no-refine", action="store_true", help="keep ranges as ranges: do not build the releases between tested ones (default: refine)"
+    )
+    p.add_argument(
+        "--refine-limit", type=int, default=None, help="build at most this many probe cells to refine ranges (default: the matrix's)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
 
@@ -111,16 +119,47 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             )
         sweep = Sweep(sweep_plan, store, reporter)
         produced = sweep.run()
-        rows = [r for r in outcome_rows(store, sweep_plan.run_id) if r["cell_id"] in {c.id for c in sweep_plan.cells}]
+        refined = _refine_after_sweep(args, sweep, store, console)
+        everything = outcome_rows(store, sweep_plan.run_id)
         known = known_releases(store)
     if args.json:
         for outcome in produced:
             print(json.dumps(outcome.serialize(), default=str))
         return EXIT_OK
+    rows = [r for r in everything if r["cell_id"] in {c.id for c in sweep_plan.cells}]
     console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
+    if refined:
+        console.print(refined)
     console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
-    render(rows, console, title=f"run {sweep_plan.run_id}", attribution=attribute(rows, known_versions=known))
+    # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
+    render(rows, console, title=f"run {sweep_plan.run_id}", attribution=attribute(everything, known_versions=known))
     return EXIT_OK
+
+
+def _refine_after_sweep(args: argparse.Namespace, sweep: Any, store: Any, console: Console) -> str:
+    """The sweep's last step: narrow its ranges to exact releases (docs/attribution.md), unless told not to."""
+    from harness.refinement import refine_run
+
+    if args.no_refine or args.shard or args.cell:
+        # A shard or a chosen cell sees only part of the matrix's lines: refine after merging (`harness refine`).
+        return (
+            "refinement: off (" + ("--no-refine" if args.no_refine else "--shard: refine the merged file" if args.shard else "--cell") + ")"
+        )
+    if args.refine_limit is not None:
+        sweep.settings.refine_limit = args.refine_limit
+    report = refine_run(sweep, store, None if args.json else _print_round(console))
+    return report.line()
+
+
+def _print_round(console: Console) -> Callable[[int, Plan], None]:
+    def show(number: int, plan: Plan) -> None:
+        waiting = f"; {plan.waiting} range(s) wait for another line's answer" if plan.waiting else ""
+        console.print(f"refinement round {number}: {len(plan.probes)} probe cell(s){waiting}")
+        for probe in plan.probes:
+            held = ", ".join(f"{a} {v}" for a, v in probe.line.held)
+            console.print(f"  {probe.line.axis} {probe.value} with {held}: {', '.join(probe.scenarios)} ({probe.why})", highlight=False)
+
+    return show
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -300,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-failures", type=int, default=0, help="a candidate is good if at most this many of its runs fail")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
+    _add_refine(sub)
     _add_dashboard(sub)
     return parser
 
@@ -508,6 +548,45 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
 
 
+def _add_refine(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "refine",
+        help="turn a results file's ranges into exact releases: build the releases between tested ones, on this machine",
+        description="Bisects every range 'between X (fails) and Z (passes); not built: Y…' of the file whose machine is this one, "
+        "building probe cells on the same line (other axes held), stored as ordinary outcomes under run refine-<machine>. "
+        "Settings (index, find-links, python) come from --matrix. See docs/attribution.md.",
+    )
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for the index settings and python (default: matrix.toml)")
+    p.add_argument("--limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's refine_limit)")
+    p.add_argument("--lines", choices=["all", "first"], default=None, help="refine every line of a failure, or only its first")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
+
+
+def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
+    from harness.attributing import attribute_file
+    from harness.refinement import refine_file
+    from harness.summary import render_transitions
+
+    db = Path(_existing_duckdb(args.db))
+    if args.limit is not None and args.limit < 0:
+        raise BadInput(f"--limit {args.limit}: give 0 (no limit) or a positive number of probe cells")
+    report, run_id = refine_file(
+        db,
+        args.matrix,
+        scenario_files=args.scenario,
+        limit=args.limit,
+        share=args.lines,
+        env_root=args.env_root,
+        on_round=_print_round(console),
+    )
+    console.print(f"{report.line()}; probes stored under run {run_id}")
+    done = attribute_file(db)
+    render_transitions(done.result.transitions, console, done.result.flaky, done.result.machines)
+    return EXIT_OK
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -519,6 +598,7 @@ COMMANDS = {
     "bisect": _cmd_bisect,
     "plan": _cmd_plan,
     "pin": _cmd_pin,
+    "refine": _cmd_refine,
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,
 }

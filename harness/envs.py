@@ -85,7 +85,6 @@ def uv_binary() -> str:
         return found
 
 
-
 def request_for(cell: Cell, settings: Settings, find_links: list[str], exclude_newer: datetime | None = None) -> EnvRequest:
     requirements = [c.requirement() for c in cell.candidates if c.kind != "inherit"]
     requirements += settings.extra_requirements
@@ -385,7 +384,7 @@ _CUDA_PROBE = (
     "spec = importlib.util.find_spec('torch')\n"
     "path = os.path.join(os.path.dirname(spec.origin), 'version.py') if spec and spec.origin else ''\n"
     "text = open(path).read() if path and os.path.exists(path) else ''\n"
-    "m = re.search(r\"^cuda\\b[^=\\n]*=\\s*['\\\"]([^'\\\"]+)['\\\"]\", text, re.M)\n"
+    'm = re.search(r"^cuda\\b[^=\\n]*=\\s*[\'\\"]([^\'\\"]+)[\'\\"]", text, re.M)\n'
     "print(m.group(1) if m else '')"
 )
 

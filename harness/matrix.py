@@ -45,6 +45,9 @@ SETTINGS_KEYS = {
     "extra_requirements",
     "env_dir",
     "no_index",
+    "refine",
+    "refine_limit",
+    "refine_lines",
 }
 TOP_KEYS = {"matrix", "axes", "include", "exclude"}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
@@ -124,6 +127,13 @@ class Cell:
     def candidate(self, package: str) -> Candidate | None:
         return next((c for c in self.candidates if c.package == package), None)
 
+    def with_candidate(self, candidate: Candidate) -> Cell:
+        """This cell with one axis changed (a probe of refinement or bisection); the axis is added if missing."""
+        others = tuple(c for c in self.candidates if c.package != candidate.package)
+        if len(others) == len(self.candidates):
+            return Cell((*self.candidates, candidate), self.python)
+        return Cell(tuple(candidate if c.package == candidate.package else c for c in self.candidates), self.python)
+
     def as_dict(self) -> dict[str, str]:
         return {c.package: (c.value if c.kind != "inherit" else "inherit") for c in self.candidates}
 
@@ -159,6 +169,10 @@ class Settings:
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
     extra_requirements: list[str] = field(default_factory=list)
     env_dir: str = ".nox"
+    # After the cells, build releases between tested ones until every range is exact (`refinement`).
+    refine: bool = True
+    refine_limit: int = 0  # most probe cells a sweep builds; 0: as many as the ranges need
+    refine_lines: Literal["all", "first"] = "all"  # "all": every line of the matrix exact; "first": one line per failure, the rest ranges
 
 
 @dataclass
@@ -225,6 +239,9 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
         "extra_requirements": list,
         "env_dir": str,
         "no_index": bool,
+        "refine": bool,
+        "refine_limit": int,
+        "refine_lines": str,
     }
     for key, kind in expected.items():
         if key not in raw:
@@ -242,6 +259,12 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
         problems.append(f"[matrix] timeout = {settings.timeout!r} must be a positive number of seconds")
     if settings.repeats < 1:
         problems.append(f"[matrix] repeats = {settings.repeats!r} must be at least 1")
+    if settings.refine_limit < 0:
+        problems.append(f"[matrix] refine_limit = {settings.refine_limit!r} must be 0 (no limit) or a positive number of probe cells")
+    if settings.refine_lines not in ("all", "first"):
+        problems.append(
+            f'[matrix] refine_lines = {settings.refine_lines!r}; use "all" (every line exact) or "first" (one line per failure)'
+        )
     if settings.isolation not in ("fork", "process"):
         problems.append(f'[matrix] isolation = {settings.isolation!r}; use "fork" or "process"')
     if settings.exclude_newer not in ("", "period") and not re.match(r"^\d{4}-\d{2}-\d{2}", settings.exclude_newer):

@@ -145,6 +145,11 @@ def cell_records(store: Store, cell_id: str) -> list[dict[str, Any]]:
     return _decode(rows, _CELL_JSON)
 
 
+def all_cell_records(store: Store) -> list[dict[str, Any]]:
+    """Every stored cell record (JSON decoded), newest first: a cell rebuilt in a later run comes first."""
+    return _decode(store.fetch("SELECT * FROM cells ORDER BY built_at DESC, run_id DESC"), _CELL_JSON)
+
+
 def known_releases(store: Store) -> dict[str, list[str]]:
     """axis -> every release the index listed for it, in any run (or a list `harness attribute` fetched)."""
     if not store.has_table("releases"):

@@ -184,6 +184,7 @@ class Ledger:
     """Where a sweep's time went, for its closing line: env builds, fork-server starts, scenarios."""
 
     env_seconds: float = 0.0
+    envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
     server_start_seconds: float = 0.0
     scenario_seconds: float = 0.0
     imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
@@ -266,11 +267,16 @@ class Sweep:
         return listed
 
     def run(self) -> list[Outcome]:
+        """Every scenario in every cell of the plan that the run has not stored yet."""
         self.record_run()
         done = self.store.done_keys(self.plan.run_id)
-        work = [(cell, todo) for cell in self.plan.cells if (todo := self.todo(cell, done))]
+        return self.run_cells([(cell, todo) for cell in self.plan.cells if (todo := self.todo(cell, done))])
+
+    def run_cells(self, work: list[tuple[Cell, Todo]], origin: str = "matrix") -> list[Outcome]:
+        """Cells and what to run in each, on the sweep's jobs (refinement's probes come through here too)."""
+        self.record_run()
         self.reporter.start(sum(len(t) for _, t in work))
-        produced = self._run_jobs(work, self.gpus.slots())
+        produced = self._run_jobs(work, self.gpus.slots(), origin)
         self.reporter.finish()
         return produced
 
@@ -281,14 +287,14 @@ class Sweep:
     def gpu_ids(self) -> list[str]:
         return self.gpus.ids()
 
-    def _run_jobs(self, work: list[tuple[Cell, Todo]], slots: list[list[str]]) -> list[Outcome]:
+    def _run_jobs(self, work: list[tuple[Cell, Todo]], slots: list[list[str]], origin: str = "matrix") -> list[Outcome]:
         """Cells in matrix order, a job per slot (one GPU each when there are several jobs)."""
         produced: list[Outcome] = []
         # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
         # two jobs saw get_config_var("EXE") return None): do it once, before any thread starts.
         sysconfig.get_config_vars()
         ahead = len(slots) if self.plan.options.lookahead else 0
-        feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item), ahead, _close_runner)
+        feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
         def worker(slot: list[str]) -> None:
             while not self._stopping.is_set() and (ready := feed.next()) is not None:
@@ -338,6 +344,7 @@ class Sweep:
         env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
         with self._lock:
             self.ledger.env_seconds += env.seconds
+            self.ledger.envs_built += 0 if env.reused else 1
             self.store.record_cell(cell_record(self.plan.run_id, cell, env, self.secrets, origin))
             self.reporter.env_built(cell, env)
         if not env.ready:

@@ -1,0 +1,175 @@
+"""Refinement: which cells to build next so that every range between two tested releases becomes exact. Pure.
+
+A range (`Transition` with releases `not_built` between its ends) is refined on its own line:
+the same machine, the same other axes, the axis set to a release in between. Each round this
+module names the probe cells; the driver (`harness.refinement`) builds and runs them as
+ordinary cells, stores their outcomes, attributes again, and asks for the next round, until no
+range is left that a build could narrow. The search never builds, runs or prints.
+
+How probes are chosen and shared:
+- **Bisection per range.** A range's next probe is the middle of its releases not built, so a
+  range of k such releases takes about ⌈log2(k+1)⌉ probes.
+- **One cell, every range it spans.** A probe cell runs every scenario whose open range on
+  its line contains the probe's release: two failures fixed somewhere in the same span share
+  their first probes.
+- **Lines that share a transition share what one of them learned.** The same failure fixed
+  between the same two releases on several lines (other axes held at other versions) is first
+  refined on one line, the leader; the others wait. Once the leader's answer is exact, each other
+  line probes the leader's boundary first (its release, then the one before it): where the
+  failure behaves the same there, two builds make that line exact too, instead of a whole
+  bisection. Where it does not, that line is bisected on its own. With `share="first"` only
+  the leader is refined and the other lines keep their ranges (cheapest; they say so).
+
+>>> from harness.analysis.attribution import Transition
+>>> t = Transition("s", "sig", "accelerate", "fixed", "1.13.0", "1.16.0", (("torch", "2.13.0"),), "cpu",
+...                not_built=("1.14.0", "1.14.1", "1.15.0"), before_cell="a", after_cell="b")
+>>> [(p.value, p.scenarios) for p in next_probes([t], "cpu")]
+[('1.14.1', ('s',))]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from harness.analysis.attribution import UNLISTED, Transition
+from harness.analysis.versions import release, version_key
+
+Share = Literal["all", "first"]
+
+
+@dataclass(frozen=True, order=True)
+class Line:
+    """Where a probe is built: one machine class, one axis, the other axes held at these values."""
+
+    machine: str
+    axis: str
+    held: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One cell to build: `line` with its axis at `value`, running `scenarios`.
+
+    `base_cell` is a cell id on the line (its other candidates are the probe's); `why` says
+    how the value was chosen (`middle of 5 not built`, `the boundary found on another line`).
+    """
+
+    line: Line
+    value: str
+    scenarios: tuple[str, ...]
+    base_cell: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A range a build can narrow: its transition and the releases between its ends that were not built."""
+
+    transition: Transition
+    candidates: tuple[str, ...]  # oldest first
+
+    @property
+    def line(self) -> Line:
+        t = self.transition
+        return Line(t.machine, t.axis, t.held)
+
+    @property
+    def family(self) -> tuple[str, str, str, str]:
+        """Ranges of one failure along one axis on several lines of the matrix: they share what one learns."""
+        t = self.transition
+        return (t.scenario, t.signature, t.axis, t.kind)
+
+
+@dataclass
+class Plan:
+    """The probes of one round, and the ranges that wait for another line's answer (for the log)."""
+
+    probes: list[Probe] = field(default_factory=list)
+    waiting: int = 0
+    kept: int = 0  # ranges left as ranges by `share="first"`
+
+
+def open_ranges(transitions: Iterable[Transition], machine: str) -> list[_Open]:
+    """Ranges on `machine` between two releases with releases not built between them: what a build can narrow.
+
+    A range that is only inconclusive (every release between was built and said nothing), or
+    whose ends are not both releases, or whose axis' index list was not known, is left alone.
+    """
+    found = []
+    for t in transitions:
+        if t.machine != machine or release(t.before) is None or release(t.after) is None:
+            continue
+        candidates = tuple(sorted((v for v in t.not_built if v != UNLISTED and release(v) is not None), key=version_key))
+        if candidates:
+            found.append(_Open(t, candidates))
+    return found
+
+
+def _boundaries(transitions: Iterable[Transition], machine: str) -> dict[tuple[str, str, str, str], list[tuple[str, str]]]:
+    """family -> (release before, release of the change) of every exact answer on this machine."""
+    known: dict[tuple[str, str, str, str], list[tuple[str, str]]] = defaultdict(list)
+    for t in transitions:
+        if t.machine == machine and t.exact and release(t.before) is not None and release(t.after) is not None:
+            known[(t.scenario, t.signature, t.axis, t.kind)].append((t.before, t.after))
+    return known
+
+
+def _middle(candidates: Sequence[str]) -> str:
+    """The release a bisection probes next: the middle one (of an even count, the later middle)."""
+    return candidates[len(candidates) // 2]
+
+
+def next_probes(transitions: Sequence[Transition], machine: str, share: Share = "all") -> list[Probe]:
+    """The cells to build next on `machine`; [] when no range left can be narrowed by a build."""
+    return plan_round(transitions, machine, share).probes
+
+
+def plan_round(transitions: Sequence[Transition], machine: str, share: Share = "all") -> Plan:
+    ranges = open_ranges(transitions, machine)
+    boundaries = _boundaries(transitions, machine)
+    # The family's first line in matrix order (over its answers, open or exact) is the one
+    # `share="first"` refines; the first *open* range is the leader that bisects for the others.
+    first_line: dict[tuple[str, str, str, str], Line] = {}
+    for t in transitions:
+        if t.machine == machine:
+            first_line.setdefault((t.scenario, t.signature, t.axis, t.kind), Line(t.machine, t.axis, t.held))
+    leaders: dict[tuple[str, str, str, str], _Open] = {}
+    for r in ranges:
+        leaders.setdefault(r.family, r)
+    plan = Plan()
+    chosen: dict[tuple[Line, str], tuple[str, str]] = {}  # (line, value) -> (base cell, why)
+    for r in ranges:
+        if share == "first" and r.line != first_line.get(r.family):
+            plan.kept += 1
+            continue
+        exact = boundaries.get(r.family, [])
+        value, why = _choose(r, exact)
+        if not value:
+            if leaders[r.family] is not r and not exact:
+                plan.waiting += 1  # until the leader's answer is exact: then its boundary is tried here first
+                continue
+            value, why = _middle(r.candidates), f"middle of {len(r.candidates)} not built"
+        chosen.setdefault((r.line, value), (r.transition.before_cell, why))
+    for (line, value), (base, why) in sorted(chosen.items(), key=lambda item: (item[0][0], version_key(item[0][1]))):
+        # Every scenario whose open range on this line spans the value runs in the probe cell.
+        scenarios = sorted({r.transition.scenario for r in ranges if r.line == line and value in r.candidates})
+        plan.probes.append(Probe(line, value, tuple(scenarios), base, why))
+    return plan
+
+
+def _choose(r: _Open, exact: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """The boundary another line found, if it lies in this range: its release first, then the one before."""
+    for before, after in exact:
+        if after in r.candidates:
+            return after, f"the boundary found on another line ({after} after {before})"
+        if before in r.candidates:
+            return before, f"the boundary found on another line ({before} before {after})"
+    return "", ""
+
+
+def probes_needed(k: int) -> int:
+    """⌈log2(k+1)⌉: what a bisection of k releases not built costs in builds (the benchmark's yardstick)."""
+    return (k).bit_length()

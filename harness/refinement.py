@@ -1,0 +1,218 @@
+"""Refinement: turn the ranges a sweep found into exact releases by building the releases in between.
+
+The sweep's default last step (`refine_run`) and `harness refine --db` (`refine_file`). Each
+round attributes the stored outcomes with the index's releases, asks `analysis.refine` for the
+probe cells that narrow the open ranges on this machine, and runs them through the sweep's own
+scheduler (`Sweep.run_cells`, origin `refine`): every probe is an ordinary stored outcome, a
+cell already built or run is reused, and a rerun resumes. Stops when no range can be narrowed
+by a build, or at the matrix's `refine_limit` of probe cells (the answers left then say "not built").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import hostinfo, queries
+from harness.analysis.attribution import Transition, attribute
+from harness.analysis.refine import Plan, Probe, Share, plan_round
+from harness.analysis.rows import Machine, machine_of
+from harness.analysis.versions import release
+from harness.candidates import index_for, python_version_of, resolve_matrix
+from harness.errors import BadInput
+from harness.matrix import Candidate, Cell, load_matrix
+from harness.scenarios import Scenario, available, load_scenario, select
+from harness.shardfile import known_releases, outcome_rows
+from harness.store import Store
+from harness.sweep import ResultStore, Sweep, SweepOptions, SweepPlan
+
+#: A round of probes, as it starts: (round number, the plan) -> the log line(s) of the caller.
+OnRound = Callable[[int, Plan], None]
+_MAX_ROUNDS = 100  # a safety net: every round builds at least one new (line, release), and lines are finite
+
+
+@dataclass
+class RefineReport:
+    """What refinement built, and why it stopped."""
+
+    rounds: int = 0
+    probes: list[Probe] = field(default_factory=list)
+    envs_built: int = 0  # probe cells whose env was built (not reused)
+    stopped: str = ""  # "" (nothing left to narrow), or why it stopped early
+
+    def line(self) -> str:
+        if not self.probes:
+            return "refinement: no range between tested releases to narrow" + (f" ({self.stopped})" if self.stopped else "")
+        lines = {(p.line.axis, p.line.held) for p in self.probes}
+        text = f"refinement: {len(self.probes)} probe cell(s) on {len(lines)} line(s) in {self.rounds} round(s)"
+        text += f", {self.envs_built} env(s) built"
+        return text + (f"; stopped: {self.stopped}" if self.stopped else "")
+
+
+def _machine_label(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The machine class of a run's outcomes (a sweep runs on one machine)."""
+    labels = {machine_of(r).label() for r in rows}
+    return sorted(labels)[0] if len(labels) == 1 else ""
+
+
+def _probe_cell(probe: Probe, cells: Mapping[str, Cell]) -> Cell:
+    """The base cell with the probe's axis set to its release."""
+    return cells[probe.base_cell].with_candidate(Candidate(probe.line.axis, "version", probe.value))
+
+
+def _rounds(
+    sweep: Sweep,
+    transitions_of: Callable[[], list[Transition]],
+    machines: Callable[[], list[str]],
+    cells: dict[str, Cell],
+    scenarios: Mapping[str, Scenario],
+    share: Share,
+    limit: int,
+    on_round: OnRound | None,
+) -> RefineReport:
+    report = RefineReport()
+    tried: set[tuple[str, str, tuple[tuple[str, str], ...], str]] = set()
+    repeats = sweep.settings.repeats
+    for number in range(1, _MAX_ROUNDS + 1):
+        transitions = transitions_of()
+        plans = [plan_round(transitions, machine, share) for machine in machines()]
+        plan = Plan([p for pl in plans for p in pl.probes], sum(pl.waiting for pl in plans), sum(pl.kept for pl in plans))
+        again = [p for p in plan.probes if (p.line.machine, p.line.axis, p.line.held, p.value) in tried]
+        if again:
+            # Its outcomes did not land on its line: they ran on another machine class (another
+            # torch build, say). Building it once more would change nothing.
+            report.stopped = (
+                f"a probe ({again[0].line.axis} {again[0].value}) did not narrow its range: its cell ran on another machine class"
+            )
+            break
+        if not plan.probes:
+            break
+        if limit and len(report.probes) + len(plan.probes) > limit:
+            plan.probes = plan.probes[: max(0, limit - len(report.probes))]
+            report.stopped = f"refine_limit of {limit} probe cell(s) reached"
+            if not plan.probes:
+                break
+        report.rounds = number
+        if on_round:
+            on_round(number, plan)
+        work = []
+        for probe in plan.probes:
+            tried.add((probe.line.machine, probe.line.axis, probe.line.held, probe.value))
+            cell = _probe_cell(probe, cells)
+            cells[cell.id] = cell
+            done = sweep.store.done_keys(sweep.plan.run_id)
+            todo = [(scenarios[s], r) for s in probe.scenarios if s in scenarios for r in range(repeats) if (cell.id, s, r) not in done]
+            if todo:
+                work.append((cell, todo))
+        before = sweep.ledger.envs_built
+        sweep.run_cells(work, origin="refine")
+        report.envs_built += sweep.ledger.envs_built - before
+        report.probes += plan.probes
+        if report.stopped:
+            break
+    return report
+
+
+def refine_run(sweep: Sweep, store: ResultStore, on_round: OnRound | None = None) -> RefineReport:
+    """The sweep's last step: narrow every range of its own run on this machine (its matrix settings say how far)."""
+    settings = sweep.settings
+    run_id = sweep.plan.run_id
+    if not settings.refine:
+        return RefineReport(stopped="refine = false in the matrix")
+
+    def transitions_of() -> list[Transition]:
+        return list(attribute(outcome_rows(store, run_id), known_versions=known_releases(store)).transitions)
+
+    def machines() -> list[str]:
+        label = _machine_label(outcome_rows(store, run_id))
+        return [label] if label else []
+
+    cells = {c.id: c for c in sweep.plan.cells}
+    scenarios = {s.name: s for s in sweep.plan.scenarios}
+    return _rounds(sweep, transitions_of, machines, cells, scenarios, settings.refine_lines, settings.refine_limit, on_round)
+
+
+# -- over a results file ----------------------------------------------------------------------
+def stored_cell(record: Mapping[str, Any]) -> Cell:
+    """A cell rebuilt from its stored record: the requested versions, git commits and Python."""
+    commits = record.get("git_commits") or {}
+    candidates = []
+    for package, value in (record.get("versions") or {}).items():
+        value = str(value)
+        if value == "inherit":
+            candidates.append(Candidate(package, "inherit"))
+        elif value.startswith("git+"):
+            candidates.append(Candidate(package, "git", value, str(commits.get(package) or "")))
+        elif release(value) is not None:
+            candidates.append(Candidate(package, "version", value))
+        else:
+            candidates.append(Candidate(package, "path", value))
+    return Cell(tuple(candidates), str(record.get("python") or ""))
+
+
+def here(python: str) -> str:
+    """The start of this machine's class label (platform, CPU or GPU, Python); its CUDA comes with the torch build."""
+    host = hostinfo.describe()
+    version = python_version_of(python)
+    return Machine(str(host["platform"]), str(host["gpu"]), f"{version[0]}.{version[1]}" if version else "").label()
+
+
+def refine_file(
+    db: Path,
+    matrix: Path,
+    *,
+    scenario_files: Sequence[str] = (),
+    limit: int | None = None,
+    share: Share | None = None,
+    env_root: Path | None = None,
+    on_round: OnRound | None = None,
+) -> tuple[RefineReport, str]:
+    """`harness refine`: narrow the ranges of a results file that hold on this machine; (report, the run id of the probes).
+
+    Settings (index, find-links, python, repeats) come from `matrix`; the probe cells from the
+    stored cells of each range's line. Probes are stored under run `refine-<machine>`.
+    """
+    spec = load_matrix(matrix, lenient=True)
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index)  # validates the matrix: bad input writes nothing
+    prefix = here(spec.settings.python)
+    run_id = "refine-" + hashlib.sha1(prefix.encode()).hexdigest()[:10]
+    with Store(db) as store:
+        if not queries.outcome_rows(store):
+            raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
+        names = {r["scenario"] for r in queries.outcome_rows(store)}
+        files = available()
+        scenarios = {n: load_scenario(files[n]) for n in names if n in files}
+        scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
+
+        def transitions_of() -> list[Transition]:
+            return list(attribute(queries.outcome_rows(store), known_versions=queries.known_releases(store)).transitions)
+
+        def machines() -> list[str]:
+            return sorted({t.machine for t in transitions_of() if t.machine.startswith(prefix)})
+
+        if not machines():
+            found = sorted({t.machine for t in transitions_of() if t.machine})
+            raise BadInput(
+                f"no answer in {str(db)!r} holds on this machine ({prefix}); refine on the machine it ran on: "
+                + (", ".join(found) or "no machine recorded")
+            )
+        needed = sorted({t.scenario for t in transitions_of() if t.machine in machines()} - set(scenarios))
+        if needed:
+            raise BadInput(
+                f"scenario(s) {', '.join(needed)} of {str(db)!r} are not in the harness's scenarios/; "
+                "pass each file with --scenario path/to/file.py"
+            )
+        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+        spec.settings.refine_limit = spec.settings.refine_limit if limit is None else limit
+        plan = SweepPlan(
+            SweepOptions(matrix, db, env_root=env_root), spec, resolved, index, list(scenarios.values()), [], run_id, matrix.read_text()
+        )
+        sweep = Sweep(plan, store)
+        report = _rounds(
+            sweep, transitions_of, machines, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
+        )
+    return report, run_id
