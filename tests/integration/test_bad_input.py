@@ -121,3 +121,30 @@ def test_bad_scenario_declaration(tmp_path: Path) -> None:
     proc = run_cli("sweep", "--matrix", str(_good_matrix(tmp_path)), "--db", str(db), "--scenario", str(scenario))
     _assert_clean_failure(proc.stderr, proc.returncode, ["invalid specifier", "'not a specifier'"])
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "fragments"),
+    [
+        # not a version at all
+        pytest.param("banana", "23.2", ["--good 'banana' is not a version"], id="good-not-a-version"),
+        # a version the index never had
+        pytest.param("24.99", "23.2", ["24.99 is not a release on the index"], id="good-not-released"),
+    ],
+)
+def test_bisect_bad_end_writes_nothing(tmp_path: Path, good: str, bad: str, fragments: list[str]) -> None:
+    # the ends are checked before the results file is opened: no empty file is left behind
+    db = tmp_path / "out.duckdb"
+    scenario = tmp_path / "ok.py"
+    scenario.write_text("print('ok')\n")
+    args = ["bisect", "--matrix", str(_good_matrix(tmp_path)), "--db", str(db), "--scenario", str(scenario), "--axis", "packaging"]
+    proc = run_cli(*args, "--good", good, "--bad", bad)
+    _assert_clean_failure(proc.stderr, proc.returncode, fragments)
+    assert not db.exists()
+
+
+def test_refine_limit_must_not_be_negative(tmp_path: Path) -> None:
+    db = tmp_path / "out.duckdb"
+    db.write_bytes(b"")
+    proc = run_cli("refine", "--db", str(db), "--matrix", str(_good_matrix(tmp_path)), "--limit", "-1")
+    _assert_clean_failure(proc.stderr, proc.returncode, ["--limit -1"])
