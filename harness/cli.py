@@ -561,6 +561,12 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's refine_limit)")
     p.add_argument("--lines", choices=["all", "first"], default=None, help="refine every line of a failure, or only its first")
     p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")
+    p.add_argument(
+        "--git",
+        action="append",
+        default=[],
+        help="AXIS=PATH: a clone of that axis' repository with release tags; exact answers are walked down to the commit and its PR",
+    )
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
 
 
@@ -572,16 +578,26 @@ def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
     db = Path(_existing_duckdb(args.db))
     if args.limit is not None and args.limit < 0:
         raise BadInput(f"--limit {args.limit}: give 0 (no limit) or a positive number of probe cells")
-    report, run_id = refine_file(
+    repos = {}
+    for entry in args.git:
+        axis, _, path = entry.partition("=")
+        if not axis or not path or (not Path(path, ".git").exists() and not Path(path, "HEAD").exists()):
+            raise BadInput(f"--git {entry!r} must be AXIS=PATH with PATH a git clone, e.g. --git accelerate=/src/accelerate")
+        repos[axis.strip()] = str(Path(path).resolve())
+    report, run_id, commits = refine_file(
         db,
         args.matrix,
         scenario_files=args.scenario,
+        repos=repos,
+        on_probe=lambda line: console.print(line, highlight=False),
         limit=args.limit,
         share=args.lines,
         env_root=args.env_root,
         on_round=_print_round(console),
     )
     console.print(f"{report.line()}; probes stored under run {run_id}")
+    for answer in commits:
+        console.print(answer.line(), highlight=False)
     done = attribute_file(db)
     render_transitions(done.result.transitions, console, done.result.flaky, done.result.machines)
     return EXIT_OK

@@ -11,6 +11,7 @@ by a build, or at the matrix's `refine_limit` of probe cells (the answers left t
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any
 
 from harness import hostinfo, queries
 from harness.analysis.attribution import Transition, attribute
+from harness.analysis.bisect import Verdict, bisect, repeat_verdict
 from harness.analysis.refine import Plan, Probe, Share, plan_round
 from harness.analysis.rows import Machine, machine_of
 from harness.analysis.versions import release
+from harness.bisection import Step, git_steps, pr_number, with_step
 from harness.candidates import index_for, python_version_of, resolve_matrix
 from harness.errors import BadInput
 from harness.matrix import Candidate, Cell, load_matrix
@@ -165,12 +168,16 @@ def refine_file(
     matrix: Path,
     *,
     scenario_files: Sequence[str] = (),
+    repos: Mapping[str, str] | None = None,
     limit: int | None = None,
     share: Share | None = None,
     env_root: Path | None = None,
     on_round: OnRound | None = None,
-) -> tuple[RefineReport, str]:
-    """`harness refine`: narrow the ranges of a results file that hold on this machine; (report, the run id of the probes).
+    on_probe: Callable[[str], None] | None = None,
+) -> tuple[RefineReport, str, list[CommitAnswer]]:
+    """`harness refine`: narrow the ranges of a results file that hold on this machine; then, for axes
+    with a clone in `repos`, walk each exact release answer down to its commit.
+    Returns (report, the run id of the probes, the commit answers).
 
     Settings (index, find-links, python, repeats) come from `matrix`; the probe cells from the
     stored cells of each range's line. Probes are stored under run `refine-<machine>`.
@@ -215,4 +222,79 @@ def refine_file(
         report = _rounds(
             sweep, transitions_of, machines, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
         )
-    return report, run_id
+        commits = []
+        if repos:
+            here_now = set(machines())
+            exact = [t for t in transitions_of() if t.machine in here_now]
+            commits = refine_commits(sweep, store, exact, repos, cells, scenarios, on_probe)
+    return report, run_id, commits
+
+
+# -- down to the commit ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommitAnswer:
+    """An exact release answer walked down to the commit (and its PR) between the two releases."""
+
+    transition: Transition
+    commit: str  # the first commit on the new side ("" when the walk could not decide)
+    subject: str
+    other: str  # the last commit on the old side
+    undecided: tuple[str, ...] = ()  # commits that could not be built or run between them
+
+    def line(self) -> str:
+        t = self.transition
+        pr = pr_number(self.subject)
+        found = f"{self.commit[:12]} {self.subject}" + (f" (PR #{pr})" if pr and f"#{pr}" not in self.subject else "")
+        text = f"{t.headline()}: {t.kind} by commit {found}; the commit before it is {self.other[:12]}"
+        if self.undecided:
+            text += f"; undecided (could not build or run): {', '.join(c[:12] for c in self.undecided)}"
+        return text
+
+
+def release_tag(repo: str, version: str) -> str:
+    """The tag of a release in a clone: `v1.14.0` or `1.14.0`."""
+    for tag in (f"v{version}", version):
+        if subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "-q", f"{tag}^{{commit}}"], capture_output=True).returncode == 0:
+            return tag
+    raise BadInput(f"no tag v{version} or {version} in {repo!r}; pass a clone of the axis' repository with its release tags")
+
+
+def refine_commits(
+    sweep: Sweep,
+    store: Store,
+    transitions: Sequence[Transition],
+    repos: Mapping[str, str],
+    cells: Mapping[str, Cell],
+    scenarios: Mapping[str, Scenario],
+    on_probe: Callable[[str], None] | None = None,
+) -> list[CommitAnswer]:
+    """For each exact release answer on an axis with a clone in `repos`: bisect the first-parent
+    commits between the two release tags, on the answer's line (one line per answer), through the
+    same cells and store as every other probe."""
+    answers = []
+    seen: set[tuple[str, str, str, str, str]] = set()
+    for t in transitions:
+        key = (t.scenario, t.signature, t.axis, t.before, t.after)
+        if t.axis not in repos or not t.exact or key in seen or release(t.before) is None or release(t.after) is None:
+            continue
+        seen.add(key)
+        repo = repos[t.axis]
+        old, new = release_tag(repo, t.before), release_tag(repo, t.after)
+        good, bad = (new, old) if t.kind == "fixed" else (old, new)
+        steps = git_steps(repo, good, bad)
+        base = cells[t.before_cell]
+        scenario = scenarios[t.scenario]
+
+        def probe(step: Step, base: Cell = base, scenario: Scenario = scenario, axis: str = t.axis, repo: str = repo) -> Verdict:
+            cell = with_step(base, axis, step, repo)
+            if not queries.statuses(store, cell.id, scenario.name):
+                sweep.run_cells([(cell, [(scenario, 0)])], origin="refine")
+            verdict = repeat_verdict(queries.statuses(store, cell.id, scenario.name))
+            if on_probe:
+                on_probe(f"  {axis} {step}: {verdict.value}")
+            return verdict
+
+        result = bisect(steps, probe)
+        first, last = (result.first_bad, result.last_good) if t.kind == "introduced" else (result.last_good, result.first_bad)
+        answers.append(CommitAnswer(t, first.value, first.subject, last.value, tuple(s.value for s in result.undecided)))
+    return answers

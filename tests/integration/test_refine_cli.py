@@ -9,13 +9,15 @@ and 24.1. Two lines (six 1.16.0 and 1.17.0) share the transition.
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tests.conftest import run_cli
+from harness.envs import uv_binary
+from tests.conftest import git, run_cli
 
 SCENARIO = "from packaging import metadata  # new in packaging 23.1\nprint(metadata.__name__)\n"
 BETWEEN = ["23.0", "23.1", "23.2", "24.0", "24.1"]
@@ -141,3 +143,64 @@ def test_two_machines_merged_give_no_cross_machine_transition(tmp_path: Path, ga
     # 24.2 passes on the CPU and fails on the H200 with the same versions: a difference of machines
     assert machines and all(r["machine"].startswith("NVIDIA H200") and r["other_machine"] == CPU for r in machines)
     assert "a difference of machines, not of releases" in machines[0]["description"]
+
+
+def _probepkg(repo: Path, wheels: Path) -> dict[str, str]:
+    """A git repository of an installable package with release tags, and wheels of its releases in a find-links folder.
+
+    v0.1.0 is broken; the fix lands in a commit between v0.1.0 and v0.2.0; v0.3.0 follows.
+    Returns the shas by name.
+    """
+    (repo / "probepkg").mkdir(parents=True)
+    history = [
+        ("0.1.0", True, "Release 0.1.0", "v0.1.0"),
+        ("0.1.0", True, "Refactor the loader (#40)", ""),
+        ("0.1.0", True, "Docs (#41)", ""),
+        ("0.1.0", False, "Fix the meta tensor (#42)", ""),
+        ("0.1.0", False, "Tests (#43)", ""),
+        ("0.2.0", False, "Release 0.2.0", "v0.2.0"),
+        ("0.3.0", False, "Release 0.3.0", "v0.3.0"),
+    ]
+    git(repo, "init", "-q", "-b", "main")
+    shas = {}
+    for version, broken, message, tag in history:
+        (repo / "pyproject.toml").write_text(
+            f'[project]\nname = "compat-harness-probepkg"\nversion = "{version}"\n'
+            '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        )
+        (repo / "probepkg" / "__init__.py").write_text(f"BROKEN = {broken}\n")
+        (repo / "CHANGES").write_text(f"{message}\n")
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", message)
+        shas[message] = git(repo, "rev-parse", "HEAD")
+        if tag:
+            git(repo, "tag", tag)
+            proc = subprocess.run([uv_binary(), "build", "--wheel", "-q", "-o", str(wheels), str(repo)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+    return shas
+
+
+def test_refine_with_a_clone_names_the_commit_and_its_pr(tmp_path: Path, env_root: Path) -> None:
+    shas = _probepkg(tmp_path / "repo", tmp_path / "wheels")
+    scenario = tmp_path / "fixed.py"
+    scenario.write_text("import probepkg\nassert not probepkg.BROKEN, 'still broken'\n")
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        f'[matrix]\npython = "3.11"\npreload = []\nfind_links = ["{tmp_path / "wheels"}"]\n'
+        '[axes]\ncompat-harness-probepkg = ["0.1.0", "0.3.0"]\n'
+    )
+    db = tmp_path / "out.duckdb"
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--scenario", str(scenario)
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "fixed in compat-harness-probepkg 0.2.0 (after 0.1.0)" in " ".join(proc.stdout.split())  # 0.2.0 refined from find-links
+    proc = run_cli(
+        "refine", "--db", str(db), "--matrix", str(matrix), "--env-root", str(env_root), "--scenario", str(scenario),
+        "--git", f"compat-harness-probepkg={tmp_path / 'repo'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    text = " ".join(proc.stdout.split())
+    fix = shas["Fix the meta tensor (#42)"]
+    assert f"fixed by commit {fix[:12]} Fix the meta tensor (#42)" in text
+    assert f"the commit before it is {shas['Docs (#41)'][:12]}" in text
