@@ -568,6 +568,14 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
         help="AXIS=PATH: a clone of that axis' repository with release tags; exact answers are walked down to the commit and its PR",
     )
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
+    p.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        help="build nothing: write a matrix of the probe cells the next --rounds rounds may need (for an offline runner)",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="with --plan: rounds of bisection to prepare for (default: 2)")
+    p.add_argument("--machine", default="", help="with --plan: only answers on machines whose label contains this, e.g. H200")
 
 
 def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
@@ -576,6 +584,15 @@ def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
     from harness.summary import render_transitions
 
     db = Path(_existing_duckdb(args.db))
+    if args.plan:
+        from harness.refinement import probe_matrix
+
+        text, probes = probe_matrix(db, args.matrix, args.rounds, args.machine)
+        args.plan.parent.mkdir(parents=True, exist_ok=True)
+        args.plan.write_text(text)
+        versions = sorted({f"{p.line.axis} {p.value}" for p in probes})
+        console.print(f"wrote {args.plan}: {len(probes)} probe cell(s); releases to prepare: {', '.join(versions)}")
+        return EXIT_OK
     if args.limit is not None and args.limit < 0:
         raise BadInput(f"--limit {args.limit}: give 0 (no limit) or a positive number of probe cells")
     repos = {}

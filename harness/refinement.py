@@ -11,7 +11,9 @@ by a build, or at the matrix's `refine_limit` of probe cells (the answers left t
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +22,9 @@ from typing import Any
 from harness import hostinfo, queries
 from harness.analysis.attribution import Transition, attribute
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
-from harness.analysis.refine import Plan, Probe, Share, plan_round
+from harness.analysis.refine import Plan, Probe, Share, offline_probes, plan_round
 from harness.analysis.rows import Machine, machine_of
-from harness.analysis.versions import release
+from harness.analysis.versions import git_url_without_ref, release
 from harness.bisection import Step, git_steps, pr_number, with_step
 from harness.candidates import index_for, python_version_of, resolve_matrix
 from harness.errors import BadInput
@@ -298,3 +300,58 @@ def refine_commits(
         first, last = (result.first_bad, result.last_good) if t.kind == "introduced" else (result.last_good, result.first_bad)
         answers.append(CommitAnswer(t, first.value, first.subject, last.value, tuple(s.value for s in result.undecided)))
     return answers
+
+
+# -- for an offline runner --------------------------------------------------------------------
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def _value_of(candidate: Candidate) -> str:
+    """How a matrix names a candidate: a release, `inherit`, a git URL pinned to its commit, a path."""
+    if candidate.kind == "inherit":
+        return "inherit"
+    if candidate.kind == "git" and candidate.commit:
+        return f"{git_url_without_ref(candidate.value)}@{candidate.commit}"
+    return candidate.value
+
+
+def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str) -> tuple[str, list[Probe]]:
+    """A matrix of the probe cells the next `rounds` rounds of refinement may build on machines
+    whose label contains `machine`: run it where the runner is (offline: `harness wheelhouse
+    --matrix` of it first), merge its results, and attribute or plan again."""
+    if rounds < 1:
+        raise BadInput(f"--rounds {rounds}: give at least 1")
+    source = tomllib.loads(matrix.read_text())
+    with Store(db, read_only=True) as store:
+        rows = queries.outcome_rows(store)
+        transitions = list(attribute(rows, known_versions=queries.known_releases(store)).transitions)
+        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+    labels = sorted({t.machine for t in transitions if t.machine and machine.lower() in t.machine.lower()})
+    if not labels:
+        found = sorted({t.machine for t in transitions if t.machine})
+        raise BadInput(f"no answer in {str(db)!r} holds on a machine matching {machine!r}; machines: {', '.join(found) or 'none'}")
+    probes = [p for label in labels for p in offline_probes(transitions, label, rounds)]
+    if not probes:
+        raise BadInput(f"no range in {str(db)!r} on {', '.join(labels)} that a build could narrow: nothing to prepare")
+    built = [_probe_cell(p, cells) for p in probes]
+    settings = {**source.get("matrix", {}), "refine": False, "scenarios": sorted({s for p in probes for s in p.scenarios})}
+    lines = [
+        f"# The probe cells of the next {rounds} round(s) of refinement on {', '.join(labels)},",
+        f"# from {db}: every release a bisection of each range may build, whichever way it goes.",
+        "# Prepare: harness wheelhouse --matrix THIS; run: harness sweep --matrix THIS; then merge and plan again.",
+        "[matrix]",
+        *(f"{key} = {_toml_value(value)}" for key, value in settings.items()),
+        "",
+        "[axes]",
+        *(f"{json.dumps(c.package)} = [{json.dumps(_value_of(c))}]" for c in built[0].candidates),
+    ]
+    for cell in built[1:]:
+        lines += ["", "[[include]]", *(f"{json.dumps(c.package)} = {json.dumps(_value_of(c))}" for c in cell.candidates)]
+    return "\n".join(lines) + "\n", probes

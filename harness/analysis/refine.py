@@ -173,3 +173,33 @@ def _choose(r: _Open, exact: Sequence[tuple[str, str]]) -> tuple[str, str]:
 def probes_needed(k: int) -> int:
     """⌈log2(k+1)⌉: what a bisection of k releases not built costs in builds (the benchmark's yardstick)."""
     return (k).bit_length()
+
+
+def reachable(candidates: Sequence[str], rounds: int) -> list[str]:
+    """Every release a bisection of `candidates` may probe within `rounds` rounds, whichever way each probe goes.
+
+    What an offline runner needs wheels for, prepared where the index is reachable: the
+    middle, then the middles of both halves, and so on (2**rounds - 1 releases at most).
+
+    >>> reachable(["a", "b", "c", "d", "e", "f", "g"], 2)
+    ['b', 'd', 'f']
+    """
+    if rounds <= 0 or not candidates:
+        return []
+    mid = len(candidates) // 2
+    picked = {candidates[mid], *reachable(candidates[:mid], rounds - 1), *reachable(candidates[mid + 1 :], rounds - 1)}
+    return [c for c in candidates if c in picked]
+
+
+def offline_probes(transitions: Sequence[Transition], machine: str, rounds: int) -> list[Probe]:
+    """The probe cells of the next `rounds` rounds on every line, for an offline runner to run in one go."""
+    ranges = open_ranges(transitions, machine)
+    found: dict[tuple[Line, str], tuple[set[str], str]] = {}
+    for r in ranges:
+        for value in reachable(r.candidates, rounds):
+            scenarios, _ = found.setdefault((r.line, value), (set(), r.transition.before_cell))
+            scenarios.add(r.transition.scenario)
+    return [
+        Probe(line, value, tuple(sorted(scenarios)), base, f"within {rounds} round(s) of bisection")
+        for (line, value), (scenarios, base) in sorted(found.items(), key=lambda item: (item[0][0], version_key(item[0][1])))
+    ]

@@ -204,3 +204,28 @@ def test_refine_with_a_clone_names_the_commit_and_its_pr(tmp_path: Path, env_roo
     fix = shas["Fix the meta tensor (#42)"]
     assert f"fixed by commit {fix[:12]} Fix the meta tensor (#42)" in text
     assert f"the commit before it is {shas['Docs (#41)'][:12]}" in text
+
+
+def test_a_plan_for_an_offline_runner_narrows_the_range_in_one_trip(tmp_path: Path, env_root: Path, gapped: tuple[Path, str]) -> None:
+    # `refine --plan` builds nothing: it writes the probe cells of the next rounds, whichever way
+    # each probe goes, as a matrix to prepare (`harness wheelhouse`) and run where the runner is
+    import tomllib
+
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(gapped[0].read_bytes())
+    work = gapped[0].parent
+    plan = tmp_path / "probes.toml"
+    proc = run_cli("refine", "--db", str(db), "--matrix", str(work / "matrix.toml"), "--plan", str(plan), "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "releases to prepare: packaging 23.1, packaging 23.2, packaging 24.1" in " ".join(proc.stdout.split())
+    parsed = tomllib.loads(plan.read_text())
+    assert parsed["matrix"]["refine"] is False and parsed["matrix"]["scenarios"] == ["needs_metadata"]
+    assert len(parsed["include"]) == 6 - 1  # 3 releases × 2 lines; the first cell is the axes' product
+    listed = run_cli("list", "--matrix", str(plan))
+    assert listed.returncode == 0 and len(listed.stdout.split()) == 6
+    # run it "on the runner" into its own file, merge, and attribute: 22.0 .. 23.1 is all that is left
+    shard = tmp_path / "runner.jsonl"
+    args = ["sweep", "--matrix", str(plan), "--db", str(shard), "--env-root", str(env_root), "--no-progress"]
+    assert run_cli(*args, "--scenario", str(work / "needs_metadata.py")).returncode == 0
+    assert run_cli("merge", "--db", str(db), str(shard)).returncode == 0
+    assert [a[1] for a in answers(db)] == ["fixed between packaging 22.0 (fails) and 23.1 (passes); not built: 23.0"] * 2
