@@ -57,13 +57,17 @@ INNER_LINEAR_TARGETS = (
 )
 IMAGE_SOFT_TOKENS = 4
 AUDIO_SOFT_TOKENS = 8
+# The last 2 of the 4 text layers reuse earlier layers' K/V, as in Gemma 4 E2B/E4B.
+KV_SHARED_LAYERS = 2
 
 
-def tiny_config() -> Gemma4Config:
-    """Config of the synthetic model: 4 text layers (the last 2 share KV), 2 per tower.
+def tiny_config(kv_shared_layers: int = KV_SHARED_LAYERS) -> Gemma4Config:
+    """Config of the synthetic model: 4 text layers (the last `kv_shared_layers` share KV), 2 per tower.
 
     Every nn.Linear has in_features a multiple of 64: bitsandbytes' CPU 4-bit kernels
-    pack weights in blocks of 64 per row and fail on anything narrower.
+    pack weights in blocks of 64 per row and fail on anything narrower. `kv_shared_layers=0`
+    is for scenarios that must keep the shared-KV KeyError of gemma4_peft_device_map_shared_kv
+    out of their way.
     """
     text = Gemma4TextConfig(
         vocab_size=VOCAB,
@@ -77,7 +81,7 @@ def tiny_config() -> Gemma4Config:
         # Each shared layer reuses K/V of the last unshared layer of its own type, so
         # both types must appear before the shared block, and the last layer must be full.
         layer_types=["sliding_attention", "full_attention"] * 2,
-        num_kv_shared_layers=2,
+        num_kv_shared_layers=kv_shared_layers,
         sliding_window=8,
         vocab_size_per_layer_input=VOCAB,
         hidden_size_per_layer_input=64,
@@ -115,10 +119,10 @@ def tiny_config() -> Gemma4Config:
     )
 
 
-def build_model(seed: int = SEED) -> Gemma4ForConditionalGeneration:
+def build_model(seed: int = SEED, kv_shared_layers: int = KV_SHARED_LAYERS) -> Gemma4ForConditionalGeneration:
     """The synthetic model in eval mode; the same seed gives the same weights."""
     torch.manual_seed(seed)
-    return Gemma4ForConditionalGeneration(tiny_config()).eval()
+    return Gemma4ForConditionalGeneration(tiny_config(kv_shared_layers)).eval()
 
 
 def load_model(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
@@ -137,13 +141,13 @@ def load_model(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any
     return build_model()
 
 
-def base_model_path(workdir: str | os.PathLike[str]) -> str:
+def base_model_path(workdir: str | os.PathLike[str], kv_shared_layers: int = KV_SHARED_LAYERS) -> str:
     """$HARNESS_MODEL, else the synthetic model saved under `workdir`/base."""
     real = os.environ.get("HARNESS_MODEL")
     if real:
         return real
     target = Path(workdir) / "base"
-    build_model().save_pretrained(target)
+    build_model(kv_shared_layers=kv_shared_layers).save_pretrained(target)
     return str(target)
 
 
@@ -162,15 +166,18 @@ def lora_config(target_modules: str | list[str] = INNER_LINEAR_TARGETS) -> LoraC
     )
 
 
-def adapter_path(workdir: str | os.PathLike[str], seed: int = SEED) -> str:
-    """$HARNESS_ADAPTER, else a synthetic multimodal LoRA adapter saved under `workdir`."""
+def adapter_path(workdir: str | os.PathLike[str], seed: int = SEED, kv_shared_layers: int = KV_SHARED_LAYERS) -> str:
+    """$HARNESS_ADAPTER, else a synthetic multimodal LoRA adapter saved under `workdir`.
+
+    `kv_shared_layers` must match the base's: shared-KV layers have no k_proj/v_proj to adapt.
+    """
     real = os.environ.get("HARNESS_ADAPTER")
     if real:
         return real
     from peft import get_peft_model
 
     # get_peft_model rewrites the model in place: use a throwaway base.
-    base = build_model()
+    base = build_model(kv_shared_layers=kv_shared_layers)
     torch.manual_seed(seed + 1)
     peft_model = get_peft_model(base, lora_config())
     target = Path(workdir) / "adapter"
@@ -223,8 +230,13 @@ def _audio_inputs(audio: Gemma4AudioConfig, gen: torch.Generator) -> dict[str, t
 
 def kv_shared_layers(model: torch.nn.Module) -> list[int]:
     """Indices of decoder layers that reuse another layer's K/V (no k_proj of their own)."""
-    layers = _language_model(model).layers
+    layers = decoder_layers(model)
     return [i for i, layer in enumerate(layers) if layer.self_attn.is_kv_shared_layer]
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The language model's decoder layers, through any PEFT or accelerate wrapping."""
+    return list(_language_model(model).layers)
 
 
 def clippable_linears(model: torch.nn.Module) -> list[str]:

@@ -94,3 +94,49 @@ def devices_of(model: Any) -> dict[str, int]:
     for param in model.parameters():
         counts[str(param.device)] = counts.get(str(param.device), 0) + 1
     return counts
+
+
+def weight_homes(model: Any, kind: str) -> dict[str, tuple[str, str]]:
+    """Where each bitsandbytes `kind` layer's weight really lives: {module name: (device, dtype)}.
+
+    `kind` is a bitsandbytes class name ("Linear8bitLt", "Linear4bit"); PEFT's LoRA wrappers
+    share those names, so only bitsandbytes' own modules count. A weight that an accelerate
+    offload hook replaced by a meta placeholder lives where the hook keeps its copy: "cpu"
+    for a map entry on the CPU, "disk" for one on disk; "meta" if no copy was found. That
+    is the placement the offload scenarios must confirm: `devices_of` only sees placeholders.
+    """
+    homes: dict[str, tuple[str, str]] = {}
+    for name, module in model.named_modules():
+        if type(module).__name__ != kind or not type(module).__module__.startswith("bitsandbytes"):
+            continue
+        weight = module.weight
+        home = (str(weight.device), str(weight.dtype))
+        if weight.device.type == "meta":
+            home = _offloaded_copy(module, "weight") or home
+        homes[name] = home
+    return homes
+
+
+def _offloaded_copy(module: torch.nn.Module, tensor: str) -> tuple[str, str] | None:
+    # accelerate's AlignDevicesHook keeps offloaded tensors in `weights_map`, a PrefixedDataset
+    # over an OffloadedWeightsLoader: in-memory tensors in `state_dict`, disk ones in `index`.
+    hook = getattr(module, "_hf_hook", None)
+    for one in getattr(hook, "hooks", None) or [hook]:
+        store = getattr(one, "weights_map", None)
+        if store is None or not getattr(one, "offload", False):
+            continue
+        loader = getattr(store, "dataset", store)
+        key = getattr(store, "prefix", "") + tensor
+        in_memory = getattr(loader, "state_dict", None) or {}
+        if key in in_memory:
+            return str(in_memory[key].device), str(in_memory[key].dtype)
+        on_disk = getattr(loader, "index", None) or {}
+        if key in on_disk:
+            dtype = str(on_disk[key].get("dtype", ""))  # the index spells "int8", a tensor "torch.int8"
+            return "disk", dtype if dtype.startswith("torch.") else f"torch.{dtype}"
+    return None
+
+
+def hooked(modules: list[torch.nn.Module]) -> int:
+    """How many of `modules` carry an accelerate hook (a dispatch with more than one device placed them)."""
+    return sum(hasattr(module, "_hf_hook") for module in modules)

@@ -65,13 +65,16 @@ def reached(cond: object, detail: str = "") -> None:
     """Confirm the scenario's declared setup (its module-level `SETUP`) before it checks anything.
 
     Falsy `cond`: status `inconclusive`, saying which state was missed and what was seen
-    (`detail`). Truthy: recorded as the metric `setup_reached`; a scenario that declares a
-    SETUP and ends without this confirmation is `inconclusive` too, never a pass.
+    (`detail`). Either way the outcome is recorded as the metric `setup_reached`; a scenario
+    that declares a SETUP and ends without a truthy confirmation is `inconclusive` too, never
+    a pass. Record the numbers behind `cond` as metrics first, so the row shows why.
     """
     setup = str(getattr(sys.modules.get("__main__"), "SETUP", "") or "the state it checks")
+    # Recorded either way, so a scenario that confirms its setup in steps (after a load, then
+    # after a re-dispatch) never leaves a True from an earlier step beside the later miss.
+    metric("setup_reached", bool(cond))
     if not cond:
         raise Inconclusive(f"did not reach its setup: {setup}" + (f" ({detail})" if detail else ""))
-    metric("setup_reached", True)
 
 
 def metric(name: str, value: MetricValue) -> None:

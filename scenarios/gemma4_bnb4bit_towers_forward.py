@@ -15,6 +15,8 @@ transformers 5.11.0 reads the activations' dtype instead. Run on CPU: 5.5.0, 5.6
 The scenario quantizes every linear but lm_head (transformers' default), runs text + image
 + audio, checks the logits are finite, and records how far each tower's soft tokens are
 from the float32 model's (relative error), the number to watch for the "grey shapes".
+`inconclusive` if either tower holds no Linear4bit: a float tower would pass without saying
+anything about 4-bit towers.
 
 Thread: https://discuss.huggingface.co/t/cpu-offloading-error-scenario/175522 (the "grey and distorted shapes" post);
 quantization docs: https://huggingface.co/docs/transformers/quantization/bitsandbytes
@@ -27,11 +29,12 @@ import time
 
 import torch
 from _gemma4 import base_model_path, load_model, logits, model_inputs, tower_outputs
-from _kit import check, metric, record_peak_memory
+from _kit import check, metric, reached, record_peak_memory
 from transformers import BitsAndBytesConfig
 
 REQUIRES = {"packages": {"transformers": ">=5.5.0", "bitsandbytes": ">=0.49.0"}}
 TIMEOUT = 120
+SETUP = "both towers hold bitsandbytes 4-bit linears"
 
 
 def main() -> None:
@@ -44,8 +47,11 @@ def main() -> None:
         full = load_model(path)
         quantized = load_model(path, quantization_config=config, device_map={"": "cpu"})
     inputs = model_inputs(full.config)
-    metric("audio_tower_linear4bit", count_linear4bit(quantized.model.audio_tower))
-    metric("vision_tower_linear4bit", count_linear4bit(quantized.model.vision_tower))
+    audio = count_linear4bit(quantized.model.audio_tower)
+    vision = count_linear4bit(quantized.model.vision_tower)
+    metric("audio_tower_linear4bit", audio)
+    metric("vision_tower_linear4bit", vision)
+    reached(audio and vision, f"Linear4bit layers: {audio} in the audio tower, {vision} in the vision tower")
     try:
         record_tower_errors(full, quantized, inputs)
         check(torch.isfinite(logits(quantized, inputs)).all(), "4-bit logits are not finite")

@@ -14,7 +14,9 @@ wrapper, so get_peft_model raises:
 The exception is left uncaught on purpose: the harness records status `error` with that
 signature. Reproduced on CPU with the synthetic model at peft 0.19.1 (thread's set) and
 0.21.2 (newest). Where PEFT learns the wrapper, the scenario goes on to check that
-the adapter reached all three towers and changes the logits.
+the adapter reached all three towers and changes the logits. `inconclusive` for a model
+without the wrappers (`use_clipped_linears=False`): its towers hold plain nn.Linear, which
+PEFT always took.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from _gemma4 import (
     model_inputs,
     to_device,
 )
-from _kit import check, device, metric, record_peak_memory
+from _kit import check, device, metric, reached, record_peak_memory
 from peft import get_peft_model
 
 # transformers 5.5.0 is the first release with models/gemma4; peft 0.17.x cannot even be
 # imported under transformers 5 (it imports the removed HybridCache), 0.18.0 can.
 REQUIRES = {"packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0"}}
 TIMEOUT = 120
+SETUP = "the towers' projections are Gemma4ClippableLinear wrappers"
 
 
 def main() -> None:
@@ -47,7 +50,9 @@ def main() -> None:
     model = load_model().to(dev)
     inputs = to_device(model_inputs(model.config), dev)
     # Recorded before the expected failure, so the error row still says what was hit.
-    metric("clippable_linears", len(clippable_linears(model)))
+    clippable = len(clippable_linears(model))
+    metric("clippable_linears", clippable)
+    reached(clippable, "the model has no Gemma4ClippableLinear")
     base = logits(model, inputs)
 
     peft_model = get_peft_model(model, lora_config(BROAD_TARGETS))

@@ -12,7 +12,9 @@ as the thread's working config does), the inner-`.linear` multimodal adapter loa
 instance and merged into another; text + image + audio inputs. Each side is a fresh
 instance, so no forward runs before the merge (see _offload.load_4bit_base). Expected
 `fail`: merging requantizes W + BA to 4 bits, which the adapter-loaded model never does.
-The metrics say by how much; the tolerance is the float32 one.
+The metrics say by how much; the tolerance is the float32 one. `inconclusive` unless both
+instances hold 4-bit weights before the merge: a float merge would pass without a word
+about 4 bits.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import time
 import warnings
 
 from _gemma4 import adapter_path, model_inputs
-from _kit import metric, record_peak_memory
-from _offload import load_4bit_base
+from _kit import metric, reached, record_peak_memory
+from _offload import load_4bit_base, params4bit
 from _parity import compare
 from peft import PeftModel
 
@@ -32,6 +34,7 @@ REQUIRES = {
 }
 TIMEOUT = 120
 TOLERANCE = 1e-4
+SETUP = "a 4-bit base under the adapter"
 
 
 def main() -> None:
@@ -42,6 +45,10 @@ def main() -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             to_merge = PeftModel.from_pretrained(load_4bit_base(workdir), adapter)
+            quantized = (len(params4bit(loaded)), len(params4bit(to_merge)))
+            metric("params4bit_loaded", quantized[0])
+            metric("params4bit_to_merge", quantized[1])
+            reached(all(quantized), f"4-bit weights: {quantized[0]} in the adapter-loaded model, {quantized[1]} in the one to merge")
             merged = to_merge.merge_and_unload().eval()
     rounding = [w for w in caught if "rounding" in str(w.message)]
     metric("merge_rounding_warnings", len(rounding))

@@ -19,6 +19,9 @@ What reproduced on CPU (split and memory pressure as in _offload.py):
   a CPU-only machine must use; on a GPU the new offloads go to "cpu" and take another path
   (not reproduced here). With double quantization the load itself fails on >= 1.14
   (gemma4_peft_split_4bit_load_double_quant.py).
+
+`inconclusive` if the memory budget offloaded no 4-bit layer: the comparison would then be
+between two models held in memory.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ import tempfile
 import time
 
 from _gemma4 import adapter_path, model_inputs
-from _kit import metric, record_peak_memory
-from _offload import load_4bit_base, load_adapter_under_pressure, load_split_base
+from _kit import metric, reached, record_peak_memory
+from _offload import load_4bit_base, load_adapter_under_pressure, load_split_base, offloaded, params4bit
 from _parity import compare
 from peft import PeftModel
 
@@ -43,6 +46,7 @@ REQUIRES = {
 TIMEOUT = 120
 # Both sides quantize the same float32 checkpoint the same way; only kernel order differs.
 TOLERANCE = 1e-3
+SETUP = "PEFT's re-dispatch offloaded a 4-bit layer"
 
 
 def main() -> None:
@@ -53,6 +57,9 @@ def main() -> None:
         # place, and a later dispatch would see them repacked.
         reference = PeftModel.from_pretrained(load_4bit_base(workdir), adapter).eval()
         split = load_adapter_under_pressure(load_split_base(workdir), adapter, workdir)
+        moved = len(offloaded(params4bit(split)))
+        metric("offloaded_params4bit", moved)
+        reached(moved, "the memory budget offloaded no 4-bit layer")
         try:
             inputs = model_inputs(reference.config)
             compare(reference, split.eval(), inputs, TOLERANCE, "offloaded model")

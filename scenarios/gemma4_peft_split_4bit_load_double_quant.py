@@ -12,7 +12,8 @@ tensor: `RuntimeError: Tensor.item() cannot be called on meta tensors`.
 Reproduced on CPU with the thread's traceback (attach_execution_device_hook -> state_dict
 -> Linear4bit._save_to_state_dict -> QuantState.as_dict) at accelerate 1.14.0 and 1.15.0
 (bitsandbytes 0.49.2 and 0.50.2). accelerate 1.13.0 fails earlier, with the
-`_is_hf_initialized` TypeError of gemma4_peft_split_4bit_load.py.
+`_is_hf_initialized` TypeError of gemma4_peft_split_4bit_load.py. `inconclusive` if no
+offloaded 4-bit layer carries a nested quant state: the offset the thread's trace reads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ REQUIRES = {
     }
 }
 TIMEOUT = 120
+SETUP = "PEFT's re-dispatch offloaded a double-quant 4-bit layer"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ https://github.com/huggingface/accelerate/pull/3976 (1.14.0). Related:
 https://github.com/huggingface/transformers/issues/43872 (the Int8Params form).
 PEFT's re-dispatch gets a GPU budget of half the model (`_gpu.pressure`), standing in for the
 thread's nearly full 12 GB GPU. The PEFT call is the thread's second attempt (offload_dir, offload_buffers,
-ephemeral_gpu_offload, torch_device), double quant off.
+ephemeral_gpu_offload, torch_device), double quant off. `inconclusive` if PEFT's re-dispatch
+left no 4-bit weight on the CPU: before the budget was passed (run 2 and the two-GPU runs),
+the re-dispatch put everything on cuda:0 and this scenario "passed" without a 4-bit layer
+offloaded (`devices` ['cuda:0']).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import tempfile
 import time
 
 from _gemma4 import adapter_path
-from _gpu import SPLIT, devices_of, generate, inputs_for, load_quantized, nf4, record_cuda_peak, require_cuda
-from _kit import check, metric
+from _gpu import SPLIT, devices_of, generate, inputs_for, load_quantized, nf4, pressure, record_cuda_peak, require_cuda, weight_homes
+from _kit import check, metric, reached
 from peft import PeftModel
 
 REQUIRES = {"packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "bitsandbytes": ">=0.45"}, "gpus": 1}
 TIMEOUT = 180
+SETUP = "PEFT's re-dispatch offloaded a 4-bit layer to the CPU"
 
 
 def main() -> None:
@@ -34,12 +38,17 @@ def main() -> None:
             base,
             adapter_path(workdir),
             is_trainable=False,
+            max_memory=pressure(base),
             offload_dir=f"{workdir}/offload",
             offload_buffers=True,
             ephemeral_gpu_offload=True,
             torch_device="cuda:0",
         ).eval()
         metric("devices", str(sorted(devices_of(model))))
+        homes = weight_homes(model, "Linear4bit")
+        on_cpu = sum(device == "cpu" for device, _ in homes.values())
+        metric("linear4bit_on_cpu", on_cpu)
+        reached(on_cpu, f"0 of {len(homes)} Linear4bit weights on the CPU after PEFT's re-dispatch")
         tokens = generate(model, inputs_for(model, with_media=False))
         check(len(tokens) == 4, f"generated {len(tokens)} tokens, expected 4")
     metric("seconds", round(time.perf_counter() - start, 3))
