@@ -22,7 +22,7 @@ from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
 from harness.scenarios import select
 from harness.shardfile import known_releases, open_store, outcome_rows
-from harness.summary import render
+from harness.summary import WIDTH, render
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
@@ -96,6 +96,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
+    p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
 
 
 def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
@@ -127,12 +128,12 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             print(json.dumps(outcome.serialize(), default=str))
         return EXIT_OK
     rows = [r for r in everything if r["cell_id"] in {c.id for c in sweep_plan.cells}]
-    console.print(f"{len(produced)} outcome(s) computed, {len(rows) - len(produced)} already stored (resumed)")
+    console.print(f"{len(produced)} outcome(s) computed, {max(0, len(rows) - len(produced))} already stored (resumed)")
     if refined:
         console.print(refined)
     console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
     # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
-    render(rows, console, title=f"run {sweep_plan.run_id}", attribution=attribute(everything, known_versions=known))
+    render(everything, console, title=f"run {sweep_plan.run_id}", attribution=attribute(everything, known_versions=known), wide=args.wide)
     return EXIT_OK
 
 
@@ -238,12 +239,12 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
     with open_store(args.db, read_only=True) as store:
         rows = outcome_rows(store, args.run_id or None)
         known = known_releases(store)
-    render(
-        rows,
-        console,
-        title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""),
-        attribution=attribute(rows, known_versions=known),
-    )
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=str))
+        return EXIT_OK
+    title = f"{args.db}" + (f" run {args.run_id}" if args.run_id else "")
+    render(rows, console, title=title, attribution=attribute(rows, known_versions=known), wide=args.wide)
     return EXIT_OK
 
 
@@ -305,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
+    p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
+    p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
     _add_attribute(sub)
     _add_pin(sub)
     _add_report(sub)
@@ -650,8 +653,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The same orderly stop as Ctrl-C: running scenarios are killed (they live in their own
     # sessions, which the scheduler's signal does not reach) and nothing half-done is stored.
     signal.signal(signal.SIGTERM, _terminate)
-    # Piped output (CI logs, files) gets a wide table rather than rich's 80 columns.
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # Piped output (CI logs, files): the summary is laid out for 100 columns; --wide wants 200.
+    compact = args.command in ("sweep", "summary") and not getattr(args, "wide", False)
+    console = Console(width=None if sys.stdout.isatty() else (WIDTH if compact else 200))
     try:
         return COMMANDS[args.command](args, console)
     except HarnessError as exc:

@@ -1,14 +1,23 @@
-"""The text a sweep ends with: cells × scenarios, one word per outcome, the failures, the answers.
+"""The text a sweep ends with, and `harness summary`: the answers first, then a grid that fits 100 columns.
 
-Everything here is printing: the words come from `harness.analysis` (`status.fold` for
-repeats, `Transition.headline` for answers), so the summary, `harness attribute`, reports and
-the dashboard say the same thing.
+1. **Answers**: per failure, the releases that introduced or fixed it (exact, or a range that
+   names what was not built), on how many lines of the matrix, and on which machine; failures
+   that no tested version changes; machine differences; flaky cells.
+2. **Known-good set**: the newest version set on which every scenario that passes somewhere
+   passes (`analysis.pin.choose`), or the scenarios that keep any set from passing.
+3. **Grid**: scenarios as rows, cells as short labels (A, B, …) with a legend that names only
+   the versions that vary; scenarios that could not run on this machine folded into one line.
+
+`--wide` prints the old grid (cells × scenarios, one word per outcome) and the signatures.
+Every word comes from `harness.analysis` (`status.fold`, `Transition.headline`), so the summary,
+`harness attribute`, reports and the dashboard say the same thing.
 """
 
 from __future__ import annotations
 
+import string
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -16,7 +25,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
-from harness.analysis.status import FAILURES, fold_statuses, status_of
+from harness.analysis.pin import choose
+from harness.analysis.rows import axis_sort, installed, machine_of, points, signature_of
+from harness.analysis.status import FAILURES, NO_EVIDENCE, Status, fold_statuses, status_of
+from harness.analysis.versions import version_key
 
 STYLE = {
     "pass": "green",
@@ -31,9 +43,25 @@ STYLE = {
     "not_applicable": "dim",
     "mixed": "yellow",
 }
+#: One character per status in the compact grid, as pytest prints them (the legend says what they mean).
+MARK = {
+    "pass": ".",
+    "fail": "F",
+    "error": "E",
+    "crash": "C",
+    "timeout": "T",
+    "oom": "M",
+    "inconclusive": "?",
+    "unresolvable": "U",
+    "install_failed": "I",
+    "not_applicable": "-",
+    "mixed": "~",
+}
+SHORT = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}
+WIDTH = 100
 
 
-def cell_statuses(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def cell_statuses(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """{cell: {scenario: "pass" | "error 1/3 mixed" | ...}}: repeats folded into one word (`status.fold`)."""
     grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
@@ -44,9 +72,9 @@ def cell_statuses(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return dict(table)
 
 
-def failure_families(rows: Iterable[dict[str, Any]]) -> list[tuple[str, str, int, list[str]]]:
+def failure_families(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, int, list[str]]]:
     """(signature, blamed library, outcomes, scenarios) for every failing signature, most frequent first."""
-    hits: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    hits: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         if row["status"] in FAILURES and row.get("signature"):
             hits[row["signature"]].append(row)
@@ -54,23 +82,193 @@ def failure_families(rows: Iterable[dict[str, Any]]) -> list[tuple[str, str, int
     return sorted(families, key=lambda f: (-f[2], f[0]))
 
 
-def render(rows: list[dict[str, Any]], console: Console, title: str = "", attribution: Attribution | None = None) -> None:
-    """The grid, the totals, the failure signatures and, when given, the attribution's answers."""
+def render(
+    rows: Sequence[Mapping[str, Any]], console: Console, title: str = "", attribution: Attribution | None = None, *, wide: bool = False
+) -> None:
+    """The summary of `rows` (a run's, probes of refinement included; the grid shows the matrix's cells)."""
+    grid_rows = [r for r in rows if r.get("origin", "matrix") != "refine"] or list(rows)
+    probes = len({r["cell_id"] for r in rows if r.get("origin") == "refine"})
+    machines = sorted({machine_of(r).label() for r in rows} - {""})
+    cells = len({r["cell_id"] for r in grid_rows})
+    scenarios = len({r["scenario"] for r in grid_rows})
+    head = f"{title}: " if title else ""
+    where = f" on {'; '.join(machines)}" if machines else ""
+    extra = f" (+{probes} refinement probe cell(s))" if probes else ""
+    console.print(f"[bold]{escape(head)}{cells} cell(s) × {scenarios} scenario(s){escape(where)}{extra}[/]")
+    totals = Counter(r["status"] for r in rows)
+    console.print("  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
+    if wide:
+        render_wide(grid_rows, console)
+        if attribution is not None:
+            render_transitions(attribution.transitions, console, attribution.flaky, attribution.machines)
+        return
+    if attribution is not None:
+        render_answers(rows, attribution, console)
+    render_known_good(rows, console)
+    render_grid(grid_rows, console)
+
+
+# -- answers -----------------------------------------------------------------------------------
+def _blamed(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    return {signature_of(r): str(r.get("blamed_library") or "") for r in rows if r["status"] in FAILURES}
+
+
+def _short_signature(signature: str, limit: int = 120) -> str:
+    text = signature.split(" @ ")[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _common(held: Sequence[tuple[tuple[str, str], ...]], constant: set[tuple[str, str]]) -> str:
+    """The held values every line of a group shares, beyond those fixed across the whole run."""
+    shared = set(held[0]).intersection(*map(set, held[1:])) - constant if held else set()
+    return ", ".join(f"{a} {v}" for a, v in sorted(shared, key=lambda av: axis_sort([av[0]])[0]))
+
+
+def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console) -> None:
+    """Per failure: what changed it, in the attribution's words; then what no tested version changes."""
+    blamed = _blamed(rows)
+    values: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        for axis, point in points(row).items():
+            values[axis].add(point.label())
+    constant = {(a, next(iter(v))) for a, v in values.items() if len(v) == 1}
+    by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
+    for t in attribution.transitions:
+        by_failure[(t.scenario, t.signature)].append(t)
+    console.print("\n[bold]Answers[/]")
+    if not by_failure:
+        console.print("  no failure changes between two tested versions of an axis (other axes and machine held)")
+    machines = {t.machine for t in attribution.transitions}
+    for (scenario, signature), items in sorted(by_failure.items()):
+        who = f" ({blamed[signature]})" if blamed.get(signature) else ""
+        console.print(f"  [bold]{escape(scenario)}[/]: {escape(_short_signature(signature))}{who}", overflow="fold")
+        groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
+        for t in items:
+            groups[(t.headline(), t.machine)].append(t)
+        for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
+            common = _common([m.held for m in members], constant)
+            lines = f"on {len(members)} line(s)" + (f" with {common}" if common else "")
+            on = f" on {machine}" if len(machines) > 1 and machine else ""
+            colour = "green" if members[0].kind == "fixed" else "red"
+            console.print(f"    [{colour}]{escape(headline)}[/] — {escape(lines)}{escape(on)}", overflow="fold")
+    steady = _never_changes(rows, attribution)
+    if steady:
+        console.print("  [bold]no tested version changes[/] (fails in every cell where it runs):")
+        for scenario, signature in steady:
+            who = f" ({blamed[signature]})" if blamed.get(signature) else ""
+            console.print(f"    {escape(scenario)}: {escape(_short_signature(signature))}{who}", overflow="fold")
+    for m in attribution.machines:
+        console.print(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}", overflow="fold")
+    for f in attribution.flaky:
+        console.print(f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}", overflow="fold")
+    inconclusive = sorted({r["scenario"] for r in rows if r["status"] == Status.INCONCLUSIVE})
+    if inconclusive:
+        console.print(
+            f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}", overflow="fold"
+        )
+
+
+def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) -> list[tuple[str, str]]:
+    """(scenario, signature) failing in every cell where the scenario gave evidence, and never changed."""
+    moved = {(t.scenario, t.signature) for t in attribution.transitions}
+    by_scenario: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] not in NO_EVIDENCE:
+            by_scenario[row["scenario"]].append(row)
+    found = []
+    for scenario, evidence in sorted(by_scenario.items()):
+        signatures = {signature_of(r) for r in evidence if r["status"] in FAILURES}
+        if len(signatures) == 1 and all(r["status"] in FAILURES for r in evidence):
+            signature = signatures.pop()
+            if (scenario, signature) not in moved:
+                found.append((scenario, signature))
+    return found
+
+
+# -- the known-good set -----------------------------------------------------------------------------
+def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """The newest set on which every scenario that passes somewhere passes; else what keeps one from existing."""
+    passing = sorted({r["scenario"] for r in rows if r["status"] == Status.PASS})
+    if not passing:
+        return
+    wanted, dropped = list(passing), []
+    result = choose(rows, wanted)
+    while not result.found and len(wanted) > 1:
+        worst = result.failing[0][0]  # the scenario that keeps the most candidates out
+        wanted.remove(worst)
+        dropped.append(worst)
+        result = choose(rows, wanted)
+    console.print("\n[bold]Known-good set[/]")
+    if not result.found:
+        console.print("  no cell passes the scenarios that pass somewhere")
+        return
+    versions = ", ".join(f"{a} {v}" for a, v in result.versions)
+    console.print(f"  {escape(versions)}", overflow="fold")
+    console.print(
+        f"  passes {len(wanted)} of the {len(passing)} scenario(s) that pass somewhere; cell {escape(result.cell_ids[0])}", overflow="fold"
+    )
+    if dropped:
+        console.print(f"  no tested set also passes: {escape(', '.join(dropped))}", overflow="fold")
+
+
+# -- the grid --------------------------------------------------------------------------------------
+def _labels(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str], str]:
+    """(cell id -> short label, label -> the versions that vary, the versions every cell shares)."""
+    versions = {str(r["cell_id"]): installed(r) for r in rows}
+    axes = axis_sort({a for v in versions.values() for a in v})
+    varying = [a for a in axes if len({v.get(a) for v in versions.values()}) > 1]
+    shared = ", ".join(f"{a} {next(iter({v.get(a) for v in versions.values()}))}" for a in axes if a not in varying)
+    ordered = sorted(versions, key=lambda c: tuple(version_key(versions[c].get(a)) for a in varying))
+    names = [*string.ascii_uppercase, *string.ascii_lowercase]
+    label = {cell: (names[i] if i < len(names) else str(i)) for i, cell in enumerate(ordered)}
+    legend = {label[c]: " ".join(f"{SHORT.get(a, a)} {versions[c].get(a, '-')}" for a in varying) for c in ordered}
+    return label, legend, shared
+
+
+def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """Scenarios × cells in one or two characters each, with a legend; scenarios that never ran here on one line."""
+    words = cell_statuses(rows)
+    label, legend, shared = _labels(rows)
+    scenarios = sorted({r["scenario"] for r in rows})
+    ran = [s for s in scenarios if any(status_of(words[c].get(s, "")) not in ("not_applicable", "") for c in words)]
+    console.print(f"\n[bold]Grid[/] ({'all cells: ' + escape(shared) if shared else 'cells below'})", overflow="fold")
+    table = Table(show_header=True, box=None, pad_edge=False, padding=(0, 1))
+    table.add_column("scenario", overflow="ellipsis", max_width=40, no_wrap=True)
+    columns = sorted(label, key=lambda c: (len(label[c]), label[c]))
+    for cell in columns:
+        table.add_column(label[cell], justify="center", no_wrap=True)
+    for scenario in ran:
+        marks = []
+        for cell in columns:
+            word = words[cell].get(scenario, "")
+            key = status_of(word)
+            marks.append(f"[{STYLE.get(key, 'white')}]{MARK.get(key, ' ')}[/]")
+        table.add_row(escape(scenario), *marks)
+    console.print(table)
+    legend_marks = "  ".join(f"{m} {s}" for s, m in MARK.items())
+    console.print(f"[dim]{escape(legend_marks)}[/]", overflow="fold")
+    for name, text in legend.items():
+        console.print(f"  {name}  {escape(text)}", overflow="fold")
+    idle = [s for s in scenarios if s not in ran]
+    if idle:
+        reasons = Counter(str(r.get("message") or "") for r in rows if r["scenario"] in idle and r["status"] == Status.NOT_APPLICABLE)
+        why = reasons.most_common(1)[0][0] if reasons else ""
+        why = f" ({why.split(';')[0]})" if why else ""
+        console.print(f"not applicable on this machine{escape(why)}: {escape(', '.join(idle))}", overflow="fold")
+
+
+def render_wide(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """The full grid: cells × scenarios, one word per outcome, then the failure signatures."""
     statuses = cell_statuses(rows)
     scenarios = sorted({r["scenario"] for r in rows})
-    table = Table(title=title or "outcomes", show_lines=False)
+    table = Table(title="outcomes", show_lines=False)
     table.add_column("cell", overflow="fold")
     for scenario in scenarios:
         table.add_column(scenario, overflow="fold")
     for cell in sorted(statuses):
-        cells = []
-        for scenario in scenarios:
-            word = statuses[cell].get(scenario, "-")
-            cells.append(f"[{STYLE.get(status_of(word), 'white')}]{word}[/]")
-        table.add_row(escape(cell), *cells)
+        marks = [f"[{STYLE.get(status_of(w), 'white')}]{w}[/]" for w in (statuses[cell].get(s, "-") for s in scenarios)]
+        table.add_row(escape(cell), *marks)
     console.print(table)
-    totals = Counter(r["status"] for r in rows)
-    console.print("  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
     families = failure_families(rows)
     if families:
         fam = Table(title="failure signatures")
@@ -81,8 +279,6 @@ def render(rows: list[dict[str, Any]], console: Console, title: str = "", attrib
         for sig, lib, count, scen in families:
             fam.add_row(str(count), lib or "-", escape(sig), escape(", ".join(scen)))
         console.print(fam)
-    if attribution is not None:
-        render_transitions(attribution.transitions, console, attribution.flaky, attribution.machines)
 
 
 def render_transitions(

@@ -347,7 +347,7 @@ def test_seen_versions() -> None:
 def test_sweep_summary_names_the_transitions() -> None:
     rows = rows_of(cell("has", accelerate="1.13.0"), cell("pass", accelerate="1.14.0"))
     buffer = io.StringIO()
-    render(rows, Console(file=buffer, width=400, color_system=None), title="run r1", attribution=attribute(rows))
+    render(rows, Console(file=buffer, width=400, color_system=None), title="run r1", attribution=attribute(rows), wide=True)
     text = buffer.getvalue()
     assert "transitions" in text
     assert "fixed in accelerate" in text and "1.14.0 (after 1.13.0)" in text
@@ -356,7 +356,7 @@ def test_sweep_summary_names_the_transitions() -> None:
 def test_summary_without_transitions_prints_no_transitions_table() -> None:
     rows = rows_of(cell("has", accelerate="1.13.0"), cell("has", accelerate="1.14.0"))
     buffer = io.StringIO()
-    render(rows, Console(file=buffer, width=400, color_system=None), attribution=attribute(rows))
+    render(rows, Console(file=buffer, width=400, color_system=None), attribution=attribute(rows), wide=True)
     assert "failure signatures" in buffer.getvalue() and "transitions" not in buffer.getvalue()
 
 

@@ -77,8 +77,54 @@ def test_render_shows_folded_words_and_families() -> None:
         for r in rows_of(["pass", "error", "pass"])
     ]
     buffer = io.StringIO()
-    render(rows, Console(file=buffer, width=200, color_system=None), title="run r-1")
+    render(rows, Console(file=buffer, width=200, color_system=None), title="run r-1", wide=True)
     text = buffer.getvalue()
     assert "error 1/3 mixed" in text
     assert "KeyError: <key> @ transformers/x.py:f" in text
     assert "pass: 2" in text and "error: 1" in text
+
+
+def _cell_rows(acc: str, bnb: str, scenario: str, status: str, signature: str = "", message: str = "") -> dict[str, object]:
+    return {
+        "run_id": "r",
+        "cell_id": f"acc{acc}-bnb{bnb}",
+        "scenario": scenario,
+        "repeat": 0,
+        "status": status,
+        "signature": signature,
+        "message": message,
+        "blamed_library": "accelerate" if signature else "",
+        "versions": {"torch": "2.13.0", "accelerate": acc, "bitsandbytes": bnb},
+        "gpu": "cpu",
+        "platform": "linux-x86_64",
+        "python": "3.11",
+    }
+
+
+def test_the_summary_leads_with_answers_and_fits_100_columns() -> None:
+    from harness.analysis.attribution import attribute
+
+    sig = "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ accelerate/utils/modeling.py:f"
+    rows = []
+    for acc in ("1.13.0", "1.14.0"):
+        for bnb in ("0.49.2", "0.50.2"):
+            broken = acc == "1.13.0" and bnb == "0.49.2"
+            rows.append(_cell_rows(acc, bnb, "load", "error" if broken else "pass", sig if broken else ""))
+            rows.append(_cell_rows(acc, bnb, "lora", "pass"))
+            rows.append(_cell_rows(acc, bnb, "gpu_only", "not_applicable", message="needs 1 GPU(s); this runner has 0"))
+    buffer = io.StringIO()
+    known = {"accelerate": ["1.13.0", "1.14.0"], "bitsandbytes": ["0.49.2", "0.50.0", "0.50.2"]}
+    render(rows, Console(file=buffer, width=100, color_system=None), title="run r", attribution=attribute(rows, known_versions=known))
+    text = buffer.getvalue()
+    lines = text.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    # answers first, in the attribution's words: exact where built, a range naming what was not
+    assert text.index("Answers") < text.index("Known-good set") < text.index("Grid")
+    assert "fixed in accelerate 1.14.0 (after 1.13.0) — on 1 line(s) with bitsandbytes 0.49.2" in text
+    assert "fixed between bitsandbytes 0.49.2 (fails) and 0.50.2 (passes); not built: 0.50.0" in text
+    assert "accelerate 1.14.0, bitsandbytes 0.50.2" in text  # the known-good set
+    # the grid: scenarios as rows, short labels with a legend of what varies; GPU scenarios folded
+    assert "  A  acc 1.13.0 bnb 0.49.2" in lines and "  D  acc 1.14.0 bnb 0.50.2" in lines
+    assert any(line.startswith("load ") and line.split()[1:] == ["E", ".", ".", "."] for line in lines)
+    assert "not applicable on this machine (needs 1 GPU(s)): gpu_only" in text
+    assert not any(line.startswith("gpu_only") for line in lines)
