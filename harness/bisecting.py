@@ -182,7 +182,10 @@ def run_bisect(
             if on_probe:
                 on_probe(p, remaining)
 
-    result = bisect(steps, probe, handler=_Handler())
+    try:
+        result = bisect(steps, probe, handler=_Handler())
+    finally:
+        sweep.close()  # the zygote served every probe; it goes with the bisection
     return BisectRun(result, fix, run_id, built)
 
 

@@ -84,6 +84,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
     )
+    p.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="every cell's fork server imports torch and the matrix's preload itself (default: forked from one process per torch "
+        "build that has imported torch, preloading what the cell's scenarios imported last time; matrix key `zygote`)",
+    )
     p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
@@ -97,6 +103,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     )
     options.jobs = args.jobs
     options.lookahead = not args.no_lookahead
+    options.zygote = not args.no_zygote
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     if args.jobs < 1:

@@ -213,6 +213,7 @@ class CellRunner:
         self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
         self.zygote: Zygote | None = None  # the zygote the server was forked from, if it was
         self.refusals: list[str] = []  # why zygotes could not serve this cell
+        self.imports: dict[str, list[str]] = {}  # scenario path -> installed modules it imported (leaves)
         self._running: int | None = None  # the scenario process (group) running now, if any
 
     @property
@@ -290,7 +291,8 @@ class CellRunner:
             forked = self.zygotes.fork(self, argv)
             if forked is None:
                 return None
-            server, zygote = forked
+            server, zygote, zygote_seconds = forked
+            self.server_start_seconds -= zygote_seconds  # counted as the zygote's start, not this server's
             self.cuda_culprits += [c for c in zygote.cuda_culprits if c not in self.cuda_culprits]
             self._attach(server)
             ready = self._read_line(SERVER_START_TIMEOUT)
@@ -414,7 +416,10 @@ class CellRunner:
         exit_code, sig, timed_out = runner(request, timeout)
         seconds = time.monotonic() - started
         record = _read_json(result)
-        imported = record.pop("imported", []) if record is not None else []
+        imported = record.pop("imported", None) if record is not None else None
+        modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
+        if isinstance(imported, list):
+            self.imports[str(request["scenario"])] = modules
         return RawRun(
             record=record,
             exit_code=exit_code,
@@ -423,7 +428,7 @@ class CellRunner:
             seconds=seconds,
             output_tail=_tail(output),
             metrics=_read_json(metrics) or {},
-            imported=[m for m in imported if isinstance(m, str)],
+            imported=modules,
         )
 
 

@@ -31,10 +31,12 @@ from harness.errors import BadInput
 from harness.gpulocks import GpuLocks
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome, Status
+from harness.preloads import learned_preload, remember
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.signature import status_signature
 from harness.verdict import interpret
+from harness.zygote import ZygotePool
 
 
 @dataclass
@@ -53,6 +55,7 @@ class SweepOptions:
     gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
     shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
     lookahead: bool = True  # a job prepares its next cell while it runs one
+    zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
 
 
 @dataclass
@@ -266,6 +269,8 @@ class Sweep:
         self.preload_seconds: dict[str, float] = {}  # per preloaded module, summed over cells
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
+        zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
+        self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
 
     def keys_for(self, cell: Cell) -> list[tuple[Scenario, int]]:
         return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
@@ -284,19 +289,32 @@ class Sweep:
         all_gpus = self.gpu_ids()
         jobs = max(1, p.options.jobs)
         slots = [[all_gpus[k % len(all_gpus)]] if all_gpus else [] for k in range(jobs)] if jobs > 1 else [all_gpus]
-        produced = self._run_jobs(work, slots)
+        try:
+            produced = self._run_jobs(work, slots)
+        finally:
+            self.close()
         self.reporter.finish()
         return produced
+
+    def close(self) -> None:
+        """Stop the zygotes (a caller of `run_cell` calls this when done)."""
+        if self.zygotes is not None:
+            self.zygotes.close()
 
     def timing_line(self) -> str:
         """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
         t = self.timing
-        slowest = sorted(self.preload_seconds.items(), key=lambda kv: -kv[1])[:3]
-        imports = ", ".join(f"{m} {s:.1f}" for m, s in slowest)
         culprits = ", ".join(sorted(f"{m} {v}" for m, v in self.cuda_culprits)) or "none"
+        zygotes = "zygotes off"
+        if self.zygotes is not None:
+            z = self.zygotes.stats
+            zygotes = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+            if z.fallbacks:
+                zygotes += f", not forked from a zygote: {self.zygotes.describe_fallbacks()}"
         return (
-            f"time: env builds {t['env_seconds']:.1f} s, fork-server starts {t['server_start_seconds']:.1f} s"
-            f" (slowest imports: {imports or '-'}), scenarios {t['scenario_seconds']:.1f} s; not preloaded (CUDA at import): {culprits}"
+            f"time: env builds {t['env_seconds']:.1f} s, {zygotes}, fork-server starts {t['server_start_seconds']:.1f} s"
+            f" (slowest imports: {_slowest(self.preload_seconds)}), scenarios {t['scenario_seconds']:.1f} s;"
+            f" not preloaded (CUDA at import): {culprits}"
         )
 
     def gpu_ids(self) -> list[str]:
@@ -371,11 +389,15 @@ class Sweep:
         with self._lock:
             avoid = {m for m in self.settings.preload if (m, _dist_version(m, env.freeze)) in self.cuda_culprits}
         s = self.settings
-        runner = CellRunner(env.python, isolation=s.isolation, preload=s.preload, env=self._runner_env(), avoid=avoid)
+        runnable = [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
+        learned = learned_preload(env.location, runnable) if self.zygotes is not None and s.preload else None
+        runner = CellRunner(
+            env.python, isolation=s.isolation, preload=s.preload, env=self._runner_env(), avoid=avoid, learned=learned, zygotes=self.zygotes
+        )
         try:
             # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),
             # unless no scenario can run here at all.
-            if any(not applicability(sc, env.freeze, len(self.gpu_ids())) for sc, _ in todo):
+            if runnable:
                 runner.start()
         except BaseException:
             runner.close()
@@ -408,6 +430,9 @@ class Sweep:
                 for module, seconds in runner.preload_seconds.items():
                     self.preload_seconds[module] = self.preload_seconds.get(module, 0.0) + seconds
             self._learn(runner, env)  # a server restarted mid-cell may have found more
+            if self.zygotes is not None and self.settings.preload:
+                learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
+                remember(env.location, [s for s, _ in ready.todo], runner.imports, learned)
         return outcomes
 
     def _learn(self, runner: CellRunner, env: EnvResult) -> None:
@@ -510,6 +535,10 @@ def save_culprits(path: Path, culprits: set[tuple[str, str]]) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(sorted(culprits | load_culprits(path))))  # keep what a parallel sweep added
     tmp.replace(path)  # atomic: a parallel sweep on the same env root never reads half a file
+
+
+def _slowest(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{m} {s:.1f}" for m, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:3]) or "-"
 
 
 def _first_cause(message: str) -> str:

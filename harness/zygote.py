@@ -173,8 +173,9 @@ class ZygotePool:
         self._closed = False
 
     # -- for CellRunner -------------------------------------------------------------------
-    def fork(self, runner: CellRunner, argv: list[str]) -> tuple[ForkedServer, Zygote] | None:
-        """A fork server for the runner's cell, forked from a zygote; None: start a plain one."""
+    def fork(self, runner: CellRunner, argv: list[str]) -> tuple[ForkedServer, Zygote, float] | None:
+        """A fork server for the runner's cell, forked from a zygote, and the seconds this call
+        spent starting that zygote (the sweep counts them apart); None: start a plain server."""
         entries = [e for e in runner.entries if _is_torch_entry(e)]
         if not entries:
             return None  # nothing of torch to share (or the cell's scenarios never import it)
@@ -182,7 +183,10 @@ class ZygotePool:
         if not key:
             self._fallback("no torch in the cell's env")
             return None
+        started = time.monotonic()
+        starts = self.stats.starts
         zygote = self._zygote_for(key, runner, entries)
+        zygote_seconds = time.monotonic() - started if self.stats.starts != starts else 0.0
         if zygote is None:
             return None
         request = runner.tmp / "zygote-request.json"
@@ -205,7 +209,7 @@ class ZygotePool:
             return None
         with self._lock:
             self.stats.forks += 1
-        return server, zygote
+        return server, zygote, zygote_seconds
 
     def refused(self, zygote: Zygote, runner: CellRunner, reason: str) -> None:
         """A zygote's fork found the cell's files differ: route that cell elsewhere."""
