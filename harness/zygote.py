@@ -161,9 +161,10 @@ class ZygoteStats:
 class ZygotePool:
     """Zygotes for one sweep, started on first use, keyed by torch build. Thread-safe."""
 
-    def __init__(self, forbid: list[str] | None = None, workdir: Path | None = None) -> None:
+    def __init__(self, forbid: list[str] | None = None, workdir: Path | None = None, child: Path = CHILD) -> None:
         #: the libraries under test other than torch: a zygote that loaded one is not used
         self.forbid = sorted({f for f in forbid or [] if f.lower() != "torch"})
+        self.child = child  # the tests' leak checks run a deliberately broken copy
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-zygotes-", dir=workdir)
         self._zygotes: dict[str, list[Zygote]] = {}
         self._broken: dict[str, str] = {}  # key -> why no zygote serves it
@@ -306,7 +307,7 @@ class ZygotePool:
         env = {**child_env(runner.env), ZYGOTE_SOCKET_ENV: str(theirs.fileno())}
         try:
             zygote.proc = subprocess.Popen(
-                [runner.python, str(CHILD), "zygote", str(config)],
+                [runner.python, str(self.child), "zygote", str(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
