@@ -309,6 +309,8 @@ class Sweep:
         if self.zygotes is not None:
             z = self.zygotes.stats
             zygotes = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+            if z.refusals:
+                zygotes += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
             if z.fallbacks:
                 zygotes += f", not forked from a zygote: {self.zygotes.describe_fallbacks()}"
         return (

@@ -156,6 +156,7 @@ class ZygoteStats:
     preload_seconds: dict[str, float] = field(default_factory=dict)
     forks: int = 0
     fallbacks: Counter[str] = field(default_factory=Counter)  # why cells got a plain server
+    refusals: Counter[str] = field(default_factory=Counter)  # why a zygote would not fork a cell
 
 
 class ZygotePool:
@@ -213,12 +214,12 @@ class ZygotePool:
         return server, zygote, zygote_seconds
 
     def refused(self, zygote: Zygote, runner: CellRunner, reason: str) -> None:
-        """A zygote's fork found the cell's files differ: route that cell elsewhere."""
+        """A zygote's fork found the cell's files differ: route that cell elsewhere (the next
+        `fork` tries another zygote, starts one from this cell, or gives up on zygotes for it)."""
         with self._lock:
             zygote.refused.add(runner.python)
             self.stats.forks -= 1
-        if zygote.python == runner.python:  # it refused its own cell: give up on zygotes for it
-            self._fallback(f"refused by its own zygote: {reason}")
+            self.stats.refusals[reason] += 1
 
     def close(self) -> None:
         with self._lock:
