@@ -191,6 +191,8 @@ class ZygotePool:
         zygote_seconds = time.monotonic() - started if self.stats.starts != starts else 0.0
         if zygote is None:
             return None
+        # What made the zygote's fork unusable would make this server's too: not even tried.
+        runner.entries = [e for e in runner.entries if e["name"] not in zygote.cuda_culprits]
         request = runner.tmp / "zygote-request.json"
         request.write_text(
             json.dumps(
