@@ -389,7 +389,8 @@ class Sweep:
         if not env.ready:
             return _Prepared(cell, todo, env, None)
         with self._lock:
-            avoid = {m for m in self.settings.preload if (m, _dist_version(m, env.freeze)) in self.cuda_culprits}
+            # a `preload` module, or a library's learned modules (`peft.*`), at this version
+            avoid = {m for m, version in self.cuda_culprits if _dist_version(m, env.freeze) == version}
         s = self.settings
         runnable = [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
         learned = learned_preload(env.location, runnable) if self.zygotes is not None and s.preload else None
