@@ -336,6 +336,10 @@ def serve(preload: list[dict[str, Any]]) -> int:
         answer.flush()
         status = _wait_child(pid)
         _running = None
+        try:  # what the scenario left running in its group must not outlive it (nor the sweep)
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
         answer.write(json.dumps(dict({"pid": pid}, **_decode_status(status))) + "\n")
         answer.flush()
     return 0

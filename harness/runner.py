@@ -392,6 +392,10 @@ class CellRunner:
             try:
                 code = proc.wait(timeout=timeout)
                 self._running = None
+                try:  # what the scenario left running in its group must not outlive it
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
             except subprocess.TimeoutExpired:
                 self._running = None
                 kill_group(proc.pid, alive=lambda: proc.poll() is None)

@@ -51,9 +51,14 @@ def test_one_zygote_per_torch_build_and_learned_preloads(tmp_path: Path, env_roo
     assert {r["status"] for r in first.values()} == {"pass"}
     # in fork mode the plain script ran in a server that had preloaded torch
     assert {r["output_tail"].strip() for (_, s), r in first.items() if s == "plain"} == {"True"}
-    learned = [json.loads(p.read_text()) for p in env_root.glob("torch2.13.0-packaging*/harness-imports.json")]
+    # the session's env root is shared: other tests' cells (packaging 24.1) may be there too
+    learned = [
+        json.loads(p.read_text()) for v in ("23.2", "24.0") for p in env_root.glob(f"torch2.13.0-packaging{v}-*/harness-imports.json")
+    ]
     assert len(learned) == 2
-    assert all(record["plain"]["modules"] == ["packaging.version"] for record in learned)
+    # what the file imports, then what it loaded: packaging's modules only, no torch
+    assert all(record["plain"]["modules"][0] == "packaging.version" for record in learned)
+    assert all(m.startswith("packaging.") for record in learned for m in record["plain"]["modules"])
     assert all(record["uses_torch"]["modules"][:2] == ["torch", "packaging.version"] for record in learned)
 
     # the plain script alone: it preloads what it used, and no zygote is started for it
