@@ -213,7 +213,10 @@ def run_bisect(
             if on_probe:
                 on_probe(p, remaining)
 
-    result = bisect(setup.steps, probe, handler=_Handler())
+    try:
+        result = bisect(setup.steps, probe, handler=_Handler())
+    finally:
+        sweep.close()  # the zygote served every probe; it goes with the bisection
     return BisectRun(result, setup.fix, setup.run_id, built)
 
 

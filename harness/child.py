@@ -4,21 +4,37 @@ Standard library only, and never imports the harness: it is executed as a file b
 Python, where only the libraries under test are installed.
 
     python child.py run SCENARIO RESULT_JSON        one scenario, this process
-    python child.py serve [MODULE ...]              import MODULEs once, then fork per request
+    python child.py serve [MODULE ...] [--preload-file JSON]
+                                                    import MODULEs once, then fork per request
+    python child.py zygote CONFIG_JSON              import torch once, then fork a `serve` per cell
+    python child.py describe                        this interpreter's sys.path, prefix, executable
 
 `serve` reads one JSON request per line on stdin ({"scenario", "result", "output", "env"}),
 answers {"pid": N} as soon as the scenario's process exists (so the harness can kill its
 process group on timeout) and {"pid": N, "exit": code, "signal": sig} when it ends. Forking
 before anything touches CUDA keeps one torch import per cell instead of one per scenario.
+
+`zygote` does the same one level up: it imports torch (never a library under test), then for
+each cell the harness sends it (the cell's pipes ride along as file descriptors on a Unix
+socket) it forks, and the child becomes that cell's `serve`: it checks that every file it has
+loaded is byte-identical in the cell's env, then rebases sys.path, sys.prefix and every
+loaded module's paths onto the cell's env, so that the cell cannot tell it from a fresh
+interpreter of its own (see docs/zygote.md for what can and cannot be rebased).
+
+Every process here watches a lifeline (HARNESS_LIFELINE_FD): the read end of a pipe whose
+write end only the harness holds. It reads EOF when the harness is gone, however it ended
+(kill -9 included); the process then kills its running scenario's group and exits.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import json
 import os
 import resource
 import runpy
+import select
 import signal
 import sys
 import time
@@ -30,6 +46,13 @@ from typing import Any
 OUTPUT_LIMIT_BYTES = 256 * 2**20
 KIT_DIR_ENV = "HARNESS_KIT_DIR"
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+LIFELINE_ENV = "HARNESS_LIFELINE_FD"
+ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"
+#: Exit code of a process forked from a zygote that refused a cell (its files differ).
+REFUSED = 3
+
+_lifeline: int | None = None  # read end of the harness's lifeline pipe, if it gave one
+_running: int | None = None  # the scenario process this server waits for, if any
 STATUS_BY_CLASS = {
     "ScenarioFailed": "fail",
     "NotApplicable": "not_applicable",
@@ -58,13 +81,18 @@ def _frames(exc: BaseException) -> list[list[Any]]:
 
 
 def run_scenario(scenario: str, result: str) -> int:
-    """Run one scenario file as __main__ and write what happened to `result`."""
+    """Run one scenario file as __main__ and write what happened to `result`.
+
+    The record also lists the installed modules the scenario imported that were not loaded
+    before it started ("imported"): the harness preloads them in this cell next time.
+    """
     scenario = os.path.abspath(scenario)
     # A segfault in native code then still leaves a Python stack in the output tail.
     faulthandler.enable()
     kit_dir = os.environ.get(KIT_DIR_ENV)
     sys.argv = [scenario]
     sys.path[0:0] = [os.path.dirname(scenario)] + ([kit_dir] if kit_dir else [])
+    before = set(sys.modules)
     record: dict[str, Any] = {"status": "pass"}
     code = 0
     try:
@@ -85,8 +113,24 @@ def run_scenario(scenario: str, result: str) -> int:
         traceback.print_exc()
     sys.stdout.flush()
     sys.stderr.flush()
+    record["imported"] = _new_imports(before, [os.path.dirname(scenario), kit_dir or ""])
     _write_json(result, record)
     return code
+
+
+def _new_imports(before: set[str], skip_dirs: list[str]) -> list[str]:
+    """Installed modules loaded since `before`, leaves only (importing one imports its parents);
+    not the standard library, not the scenario's own helpers."""
+    skip = tuple(os.path.join(d, "") for d in skip_dirs if d)
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name in before or name.partition(".")[0] in sys.stdlib_module_names or name.startswith("__"):
+            continue
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path and not path.startswith(skip):
+            names.append(name)
+    parents = {n.rpartition(".")[0] for n in names}
+    return [n for n in names if n not in parents]
 
 
 def _redirect(output: str) -> None:
@@ -109,6 +153,8 @@ def _child(request: dict[str, Any]) -> None:
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if _lifeline is not None:
+            os.close(_lifeline)  # the server watches it; the scenario has no use for it
         _redirect(request["output"])
         _limit_output()
         os.environ.update(request.get("env", {}))
@@ -118,6 +164,83 @@ def _child(request: dict[str, Any]) -> None:
         os._exit(code)
 
 
+# -- the lifeline: EOF on it means the harness is gone ------------------------------------------
+def _orphaned() -> None:
+    """The harness died (kill -9, a crash): kill the scenario running now, with its group, and go.
+
+    A pipe rather than PR_SET_PDEATHSIG: that signal fires when the parent *thread* ends, and
+    the harness starts servers from worker and look-ahead threads that end long before it does.
+    """
+    pid = _running
+    if pid is not None:
+        for kill in (os.killpg, os.kill):  # the group, and the leader should it not have setsid() yet
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os._exit(0)
+
+
+def _wait_readable(fd: int, timeout: float | None = None) -> bool:
+    """Wait until `fd` can be read (True) or `timeout` passes (False); never returns if the harness dies."""
+    fds = [fd] if _lifeline is None else [fd, _lifeline]
+    ready, _, _ = select.select(fds, [], [], timeout)
+    if _lifeline is not None and _lifeline in ready:
+        _orphaned()
+    return fd in ready
+
+
+def _watch_in_thread() -> None:
+    """For a scenario in a fresh process (`run`): no loop to watch from, so a daemon thread does."""
+    if _lifeline is None:
+        return
+    import threading
+
+    def watch(fd: int) -> None:
+        select.select([fd], [], [])
+        os.killpg(0, signal.SIGKILL)  # this process leads its own group (start_new_session)
+
+    threading.Thread(target=watch, args=(_lifeline,), daemon=True, name="harness-lifeline").start()
+
+
+def _wait_child(pid: int) -> int:
+    """waitpid(pid), watching the lifeline meanwhile."""
+    if _lifeline is None:
+        return os.waitpid(pid, 0)[1]
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # before Linux 5.3: poll
+        pidfd = None
+    try:
+        while True:
+            if pidfd is not None:
+                _wait_readable(pidfd)
+            else:
+                _wait_readable(_lifeline, 0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _requests(fd: int) -> Any:
+    """JSON requests, one per line, from `fd` until EOF."""
+    buffer = b""
+    while True:
+        _wait_readable(fd)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+
+
+# -- preloading -------------------------------------------------------------------------------
 def _cuda_initialized() -> bool:
     """Whether a forked child could no longer use CUDA: torch initialised it here, or
     something poisoned fork (`torch.cuda.is_available()` does, through cudaGetDeviceCount,
@@ -146,62 +269,371 @@ def _decode_status(status: int) -> dict[str, Any]:
     return {"exit": os.WEXITSTATUS(status), "signal": None}
 
 
-def serve(preload: list[str]) -> int:
-    # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
-    # library prints while importing (C level included) cannot corrupt the protocol.
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    imported = []
+def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Import each entry's modules in order; stop at the first entry after which CUDA is unusable
+    in a fork (the harness starts again without it). An entry is {"name", "modules"}: one
+    module from the matrix's `preload`, or one library's modules learned from the last run
+    (probed once for the group: a fork probe per module would cost seconds on a GPU)."""
+    imported: list[str] = []
+    seconds: dict[str, float] = {}
     cuda_by = ""
     # While preloading, torch.cuda.is_available() asks NVML instead of initialising the driver
     # (which would poison fork); scenarios get the user's setting back.
     nvml_check = os.environ.get(NVML_CHECK)
     os.environ.setdefault(NVML_CHECK, "1")
-    seconds: dict[str, float] = {}
-    for module in preload:
+    for entry in entries:
         started = time.monotonic()
-        try:
-            __import__(module)
-            imported.append(module)
-            seconds[module] = round(time.monotonic() - started, 3)
-        except Exception:  # a cell without the module simply imports nothing
+        done = 0
+        for module in entry["modules"]:
+            try:
+                __import__(module)
+                done += 1
+            except Exception:  # a cell without the module simply imports nothing
+                continue
+        if not done:
             continue
+        imported.append(entry["name"])
+        seconds[entry["name"]] = round(time.monotonic() - started, 3)
         if _cuda_initialized():
             # A forked child cannot use a CUDA context its parent created: the harness
-            # restarts this server without this module (and what follows it).
-            cuda_by = module
+            # restarts this process without this entry (and what follows it).
+            cuda_by = entry["name"]
             break
     if nvml_check is None:
         os.environ.pop(NVML_CHECK, None)
-    answer.write(json.dumps({"ready": imported, "cuda_initialized_by": cuda_by, "seconds": seconds}) + "\n")
+    return {"ready": imported, "cuda_initialized_by": cuda_by, "seconds": seconds}
+
+
+def _entries(args: list[str]) -> list[dict[str, Any]]:
+    """`MODULE ...` and `--preload-file JSON` (a list of entries) -> preload entries."""
+    entries: list[dict[str, Any]] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--preload-file":
+            with open(next(it)) as fh:
+                entries += json.load(fh)
+        else:
+            entries.append({"name": arg, "modules": [arg]})
+    return entries
+
+
+def serve(preload: list[dict[str, Any]]) -> int:
+    global _running
+    # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
+    # library prints while importing (C level included) cannot corrupt the protocol.
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    answer.write(json.dumps(_preload(preload)) + "\n")
     answer.flush()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        answer.flush()
+    for request in _requests(0):
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             answer.close()
             _child(request)
+        _running = pid
         answer.write(json.dumps({"pid": pid}) + "\n")
         answer.flush()
-        _, status = os.waitpid(pid, 0)
+        status = _wait_child(pid)
+        _running = None
+        try:  # what the scenario left running in its group must not outlive it (nor the sweep)
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
         answer.write(json.dumps(dict({"pid": pid}, **_decode_status(status))) + "\n")
         answer.flush()
     return 0
 
 
+# -- the zygote -------------------------------------------------------------------------------
+def _sha(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return ""
+
+
+def record_digest(path: str) -> str:
+    """A distribution's identity: the hash of its RECORD (which hashes every file it installed),
+    less the lines of files outside site-packages (console scripts name their env's python:
+    one wheel installed in two envs differs there, and nothing imports them). "" if unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ""
+    kept = sorted(line for line in lines if not line.startswith(b"../"))
+    return hashlib.sha256(b"\n".join(kept)).hexdigest()
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def _env_sites(prefix: str, path: list[str]) -> list[str]:
+    """The entries of sys.path inside the env `prefix`: its site-packages."""
+    return [p for p in path if p and _inside(os.path.abspath(p), prefix) and os.path.isdir(p)]
+
+
+def _pth_files(sites: list[str]) -> dict[str, str]:
+    """.pth files (run at startup: they can import and add paths) -> content hash, by name."""
+    found = {}
+    for site in sites:
+        for name in sorted(os.listdir(site)):
+            if name.endswith(".pth"):
+                found[name] = _sha(os.path.join(site, name))
+    return found
+
+
+def _leaked(forbid: list[str]) -> list[str]:
+    """Modules of a library under test that are loaded here: none may be, before a cell's fork."""
+    if not forbid:
+        return []
+    import importlib.metadata
+
+    canon = {d.lower().replace("_", "-").replace(".", "-") for d in forbid}
+    loaded = {name.partition(".")[0] for name in sys.modules}
+    leaked = []
+    for top, dists in importlib.metadata.packages_distributions().items():
+        owners = [d for d in dists if d.lower().replace("_", "-").replace(".", "-") in canon]
+        if top in loaded and owners:
+            leaked.append(f"{top} ({owners[0]})")
+    return sorted(leaked)
+
+
+def _identity() -> dict[str, Any]:
+    """What a cell must have, byte for byte, to be forked from this process: the distribution
+    (by its RECORD, which hashes every file) behind each module loaded from this env, any such
+    module that no distribution owns, and the env's .pth files. Modules loaded from outside
+    the env (the standard library, an inherited base, PYTHONPATH) keep their paths; the child
+    checks that the cell resolves them to the same place."""
+    prefix = sys.prefix
+    sites = _env_sites(prefix, sys.path)
+    owner: dict[str, str] = {}  # file -> its distribution's dist-info folder
+    for site in sites:
+        for entry in os.listdir(site):
+            if not entry.endswith(".dist-info"):
+                continue
+            info = os.path.join(site, entry)
+            try:
+                with open(os.path.join(info, "RECORD")) as fh:
+                    lines = fh.read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                owner[os.path.normpath(os.path.join(site, line.rsplit(",", 2)[0]))] = info
+    dists: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not _inside(os.path.abspath(path), prefix):
+            continue
+        info = owner.get(os.path.normpath(os.path.abspath(path)), "")
+        if info:
+            rel = os.path.relpath(info, prefix)
+            if rel not in dists:
+                dists[rel] = record_digest(os.path.join(info, "RECORD"))
+        else:
+            files[os.path.relpath(path, prefix)] = _sha(path)
+    return {"prefix": prefix, "dists": dists, "files": files, "pth": _pth_files(sites)}
+
+
+def zygote(config_path: str) -> int:
+    """Preload torch, report, then fork one `serve` per cell request on the control socket."""
+    import socket
+
+    with open(config_path) as fh:
+        config = json.load(fh)
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    report = _preload(config["preload"])
+    report["leaked"] = _leaked(config.get("forbid", []))
+    report["pid"] = os.getpid()
+    usable = not report["cuda_initialized_by"] and not report["leaked"]
+    identity = _identity() if usable else {}
+    report["dists"] = sorted(os.path.basename(d) for d in identity.get("dists", {}))
+    out.write(json.dumps(report) + "\n")
+    out.flush()
+    if not usable:
+        return 0  # the harness starts another without the culprit, or does without a zygote
+    sock = socket.socket(fileno=int(os.environ.pop(ZYGOTE_SOCKET_ENV)))
+    # Servers forked from here are not waited for: the kernel reaps them (they reset it).
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while True:
+        _wait_readable(sock.fileno())
+        message, fds, _, _ = socket.recv_fds(sock, 65536, 3)
+        if not message:
+            return 0  # the harness closed its end: no more cells
+        request = json.loads(message)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            out.close()
+            _become_server(request["request"], fds, identity)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+
+
+def _become_server(request_path: str, fds: list[int], identity: dict[str, Any]) -> None:
+    """In a process forked from the zygote: take the cell's pipes, become the cell's interpreter, serve."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()  # as `start_new_session` gives a plain server: the harness kills it by group
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        with open(request_path) as fh:
+            request = json.load(fh)
+        problem = _adopt(request, identity)
+        if problem:
+            os.write(1, (json.dumps({"refused": problem}) + "\n").encode())
+            code = REFUSED
+        else:
+            code = serve(request["preload"])
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _adopt(request: dict[str, Any], identity: dict[str, Any]) -> str:
+    """Become a fresh interpreter of the cell's env, or say why this process cannot ("" if it can).
+
+    `request["state"]` is what `describe` printed in the cell's env: sys.path, prefixes and
+    executables of a fresh interpreter there.
+    """
+    state = request["state"]
+    old, new = identity["prefix"], state["prefix"]
+    for rel, sha in identity["dists"].items():
+        if record_digest(os.path.join(new, rel, "RECORD")) != sha:
+            return f"{os.path.basename(rel)} is not byte-identical in the cell's env (or missing there)"
+    for rel, sha in identity["files"].items():
+        if _sha(os.path.join(new, rel)) != sha:
+            return f"{rel} is not byte-identical in the cell's env (or missing there)"
+    if _pth_files(_env_sites(new, state["path"])) != identity["pth"]:
+        return "the cell's env has other .pth files (they run at startup)"
+
+    def rebase(path: str) -> str:
+        return new + path[len(old) :] if old != new and _inside(path, old) else path
+
+    problem = _resolves_alike(state["path"], rebase)
+    if problem:
+        return problem
+    import importlib
+    import linecache
+    import site
+
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[:] = state["path"]
+    for name in ("prefix", "exec_prefix", "base_prefix", "base_exec_prefix", "executable", "_base_executable"):
+        if name in state:
+            setattr(sys, name, state[name])
+    sys.orig_argv = [sys.executable, *request["argv"]]
+    sys.argv = list(request["argv"])
+    for module in list(sys.modules.values()):
+        _rebase_module(module, rebase)
+    site.PREFIXES[:] = [sys.prefix, sys.exec_prefix]
+    sysconfig = sys.modules.get("sysconfig")
+    if sysconfig is not None:  # it caches paths computed from sys.prefix on first use
+        sysconfig._CONFIG_VARS = None  # type: ignore[attr-defined]
+        if hasattr(sysconfig, "_CONFIG_VARS_INITIALIZED"):  # Python 3.12+
+            setattr(sysconfig, "_CONFIG_VARS_INITIALIZED", False)  # noqa: B010
+    if "random" in sys.modules:  # a fresh interpreter seeds from the OS, not from its zygote
+        sys.modules["random"].seed()
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    linecache.clearcache()
+    return ""
+
+
+def _resolves_alike(path: list[str], rebase: Any) -> str:
+    """Every top-level module loaded here must be what the cell's sys.path would find first:
+    a cell that shadows one (its own copy in its env, an inherited base's) cannot be forked."""
+    from importlib.machinery import PathFinder
+
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        if "." in name or spec is None or not (spec.has_location or spec.origin is None):
+            continue  # builtins, frozen modules, submodules (found through their parent's __path__)
+        if spec.origin is None and not spec.submodule_search_locations:
+            continue
+        found = PathFinder.find_spec(name, path)
+        if spec.origin is not None:
+            if found is None or found.origin != rebase(spec.origin):
+                return f"{name} resolves to {found.origin if found else 'nothing'} in the cell, not {rebase(spec.origin)}"
+        elif found is None or [rebase(p) for p in spec.submodule_search_locations] != list(found.submodule_search_locations or []):
+            return f"namespace package {name} spans other folders in the cell"
+    sys.path_importer_cache.clear()
+    return ""
+
+
+def _rebase_module(module: object, rebase: Any) -> None:
+    """Point a module's file attributes (and its spec's and loader's) at the cell's env."""
+    try:
+        attrs = vars(module)
+    except TypeError:
+        return
+    for key in ("__file__", "__cached__"):
+        if isinstance(attrs.get(key), str):
+            attrs[key] = rebase(attrs[key])
+    search = attrs.get("__path__")
+    if isinstance(search, list):
+        search[:] = [rebase(p) if isinstance(p, str) else p for p in search]
+    elif search is not None and isinstance(getattr(search, "_path", None), list):  # a namespace package
+        search._path[:] = [rebase(p) for p in search._path]
+    spec = attrs.get("__spec__")
+    if spec is not None:
+        try:
+            if isinstance(spec.origin, str):
+                spec.origin = rebase(spec.origin)
+            if isinstance(getattr(spec, "_cached", None), str):
+                spec.cached = rebase(spec._cached)
+            locations = spec.submodule_search_locations
+            if isinstance(locations, list) and locations is not search:
+                locations[:] = [rebase(p) for p in locations]
+        except AttributeError:
+            pass
+    for loader in {id(x): x for x in (attrs.get("__loader__"), getattr(spec, "loader", None)) if x is not None}.values():
+        if isinstance(getattr(loader, "path", None), str):
+            try:
+                loader.path = rebase(loader.path)
+            except (AttributeError, TypeError):
+                pass
+
+
+def describe() -> int:
+    """What a fresh interpreter of this env looks like (the harness sends it to a zygote's fork)."""
+    names = ("path", "prefix", "exec_prefix", "base_prefix", "base_exec_prefix", "executable", "_base_executable")
+    print(json.dumps({name: getattr(sys, name) for name in names if hasattr(sys, name)}))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    global _lifeline
     # Python put this file's folder (the harness package) first on sys.path; a scenario must
     # see only the cell's libraries, never the harness's modules.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    lifeline = os.environ.pop(LIFELINE_ENV, "")
+    _lifeline = int(lifeline) if lifeline else None
     if len(argv) >= 3 and argv[0] == "run":
+        _watch_in_thread()
         _limit_output()
         return run_scenario(argv[1], argv[2])
     if argv and argv[0] == "serve":
-        return serve(argv[1:])
+        return serve(_entries(argv[1:]))
+    if len(argv) == 2 and argv[0] == "zygote":
+        return zygote(argv[1])
+    if argv and argv[0] == "describe":
+        return describe()
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -87,6 +87,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
     )
+    p.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="every cell's fork server imports torch and the matrix's preload itself (default: forked from one process per torch "
+        "build that has imported torch, preloading what the cell's scenarios imported last time; matrix key `zygote`)",
+    )
     p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
     p.add_argument(
         "--no-refine", action="store_true", help="keep ranges as ranges: do not build the releases between tested ones (default: refine)"
@@ -107,6 +113,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     )
     options.jobs = args.jobs
     options.lookahead = not args.no_lookahead
+    options.zygote = not args.no_zygote
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     if args.jobs < 1:
@@ -118,9 +125,9 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             console.print(
                 f"run [bold]{sweep_plan.run_id}[/]: {len(sweep_plan.cells)} cell(s) × {len(sweep_plan.scenarios)} scenario(s) -> {args.db}"
             )
-        sweep = Sweep(sweep_plan, store, reporter)
-        produced = sweep.run()
-        refined = _refine_after_sweep(args, sweep, store, console)
+        with Sweep(sweep_plan, store, reporter) as sweep:  # its zygotes serve refinement's probes too
+            produced = sweep.run()
+            refined = _refine_after_sweep(args, sweep, store, console)
         everything = outcome_rows(store, sweep_plan.run_id)
         known = known_releases(store)
     if args.json:

@@ -47,10 +47,11 @@ class CudaCulprits:
         self.known = load(self.path)
         self._lock = threading.Lock()
 
-    def avoid(self, preload: Iterable[str], freeze: Mapping[str, str]) -> set[str]:
-        """The preloaded modules a cell with this freeze must not import in its server."""
+    def avoid(self, freeze: Mapping[str, str]) -> set[str]:
+        """What a cell with this freeze must not preload: a `preload` module, or a library's learned
+        modules (`peft.*`), known to initialise CUDA at this version."""
         with self._lock:
-            return {m for m in preload if (m, dist_version(m, freeze)) in self.known}
+            return {m for m, version in self.known if dist_version(m, freeze) == version}
 
     def learn(self, modules: Iterable[str], freeze: Mapping[str, str]) -> None:
         """Remember at once: the next cell is being prepared already."""

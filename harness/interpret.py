@@ -24,6 +24,7 @@ class RawRun:
     seconds: float
     output_tail: str
     metrics: dict[str, Any] = field(default_factory=dict)
+    imported: list[str] = field(default_factory=list)  # installed modules the scenario imported (leaves)
 
 
 @dataclass

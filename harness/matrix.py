@@ -48,6 +48,7 @@ SETTINGS_KEYS = {
     "refine",
     "refine_limit",
     "refine_lines",
+    "zygote",
 }
 TOP_KEYS = {"matrix", "axes", "include", "exclude"}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
@@ -167,6 +168,10 @@ class Settings:
     # transformers.modeling_utils is most of the cost (~6 s of ~11 s on a 2-core machine).
     # Nothing here may touch CUDA: a forked child cannot use a CUDA context of its parent.
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
+    # One process per torch build imports `preload`'s torch entries, and each cell's fork
+    # server is forked from it; the servers preload what the cell's scenarios imported last
+    # time (learned) instead of the rest of `preload`. false: every server imports `preload`.
+    zygote: bool = True
     extra_requirements: list[str] = field(default_factory=list)
     env_dir: str = ".nox"
     # After the cells, build releases between tested ones until every range is exact (`refinement`).
@@ -242,6 +247,7 @@ def _parse_settings(raw: Any, problems: list[str]) -> Settings:
         "refine": bool,
         "refine_limit": int,
         "refine_lines": str,
+        "zygote": bool,
     }
     for key, kind in expected.items():
         if key not in raw:

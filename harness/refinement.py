@@ -220,15 +220,15 @@ def refine_file(
         plan = SweepPlan(
             SweepOptions(matrix, db, env_root=env_root), spec, resolved, index, list(scenarios.values()), [], run_id, matrix.read_text()
         )
-        sweep = Sweep(plan, store)
-        report = _rounds(
-            sweep, transitions_of, machines, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
-        )
-        commits = []
-        if repos:
-            here_now = set(machines())
-            exact = [t for t in transitions_of() if t.machine in here_now]
-            commits = refine_commits(sweep, store, exact, repos, cells, scenarios, on_probe)
+        with Sweep(plan, store) as sweep:
+            report = _rounds(
+                sweep, transitions_of, machines, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
+            )
+            commits = []
+            if repos:
+                here_now = set(machines())
+                exact = [t for t in transitions_of() if t.machine in here_now]
+                commits = refine_commits(sweep, store, exact, repos, cells, scenarios, on_probe)
     return report, run_id, commits
 
 

@@ -3,9 +3,12 @@
 Two isolation modes share one child (`child.py`):
 - `fork`: a server per cell imports torch and transformers once, then forks per scenario
   before anything touches CUDA; each scenario still gets its own process and process group.
+  With a zygote pool (`harness/zygote.py`) the server itself is forked from a process that
+  has imported torch already, and imports only the cell's own libraries.
 - `process`: a fresh interpreter per scenario.
 Either way a segfault, `os._exit`, a hang, MemoryError or a 50 MB flood of output ends as one
-outcome, and a timeout kills the scenario's whole process group.
+outcome, and a timeout kills the scenario's whole process group. Every process started here
+watches the harness's lifeline (`lifeline()`) and dies with the harness, however it ends.
 """
 
 from __future__ import annotations
@@ -16,19 +19,60 @@ import selectors
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from harness.envs import uv_binary
 from harness.interpret import RawRun
+
+if TYPE_CHECKING:
+    from harness.zygote import Zygote, ZygotePool
 
 CHILD = Path(__file__).with_name("child.py")
 KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 OUTPUT_TAIL_BYTES = 16 * 1024
 SERVER_START_TIMEOUT = 600.0
 KILL_GRACE_SECONDS = 3.0
+LIFELINE_ENV = "HARNESS_LIFELINE_FD"  # child.py's name for it
+#: The top-level modules of the torch distribution: what a zygote may preload.
+TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
+
+_lifeline_lock = threading.Lock()
+_lifeline_fds: tuple[int, int] | None = None
+
+
+def lifeline() -> int:
+    """The read end of a pipe whose write end this process holds until it dies.
+
+    Every server, zygote and scenario process gets the read end and reads EOF the moment the
+    harness is gone, whether it exits, crashes or is killed with -9; it then kills what it runs
+    and exits. Both ends are non-inheritable, and the read end is passed explicitly
+    (`pass_fds`): no child ever holds the write end, which would keep the pipe open.
+    """
+    global _lifeline_fds
+    with _lifeline_lock:
+        if _lifeline_fds is None:
+            _lifeline_fds = os.pipe()
+        return _lifeline_fds[0]
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` plus the lifeline's descriptor, for a process started with pass_fds=(lifeline(),)."""
+    return {**env, LIFELINE_ENV: str(lifeline())}
+
+
+class Server(Protocol):
+    """What the runner needs of a fork server: a `subprocess.Popen`, or one forked from a zygote."""
+
+    pid: int
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
@@ -115,7 +159,13 @@ def activation(python: str, tools: Path, path: str) -> dict[str, str]:
 
 
 class CellRunner:
-    """Runs scenarios for one cell. Use as a context manager."""
+    """Runs scenarios for one cell. Use as a context manager.
+
+    `preload` is the matrix's list of modules; `learned`, when the sweep knows it, the modules
+    this cell's scenarios imported last time, which replace `preload`'s libraries (torch's
+    entries stay: the zygote holds them). `zygotes` forks the server from a process that has
+    imported torch already, when the cell's files allow it.
+    """
 
     def __init__(
         self,
@@ -126,17 +176,20 @@ class CellRunner:
         env: Mapping[str, str] | None = None,
         workdir: Path | None = None,
         avoid: set[str] | None = None,
+        learned: list[str] | None = None,
+        zygotes: ZygotePool | None = None,
     ) -> None:
         self.python = python
         self.isolation = isolation
         # Modules known (from earlier cells) to initialise CUDA at import are not even tried.
         self.avoid = set(avoid or ())
-        self.preload = [m for m in preload or [] if m not in self.avoid]
+        self.entries = [e for e in preload_entries(preload or [], learned) if e["name"] not in self.avoid]
+        self.zygotes = zygotes
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
         self.tmp = Path(self._tmp.name)
         base = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
         self.env = {**base, **activation(python, self.tmp / "bin", base.get("PATH", os.defpath))}
-        self._server: subprocess.Popen[bytes] | None = None
+        self._server: Server | None = None
         self._selector: selectors.BaseSelector | None = None
         self._buffer = b""
         self.server_start_seconds = 0.0
@@ -144,7 +197,15 @@ class CellRunner:
         self.cuda_initialized_by = ""
         self.cuda_culprits: list[str] = []
         self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
+        self.zygote: Zygote | None = None  # the zygote the server was forked from, if it was
+        self.refusals: list[str] = []  # why zygotes could not serve this cell
+        self.imports: dict[str, list[str]] = {}  # scenario path -> installed modules it imported (leaves)
         self._running: int | None = None  # the scenario process (group) running now, if any
+
+    @property
+    def preload(self) -> list[str]:
+        """The names of the preload entries (a module, or `lib.*` for a library's learned modules)."""
+        return [e["name"] for e in self.entries]
 
     def __enter__(self) -> CellRunner:
         return self
@@ -173,20 +234,25 @@ class CellRunner:
     def _start_server(self) -> None:
         started = time.monotonic()
         self._server_log = (self.tmp / "server.log").open("w")
-        self._server = subprocess.Popen(
-            [self.python, str(CHILD), "serve", *self.preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._server_log,
-            env=self.env,
-            start_new_session=True,
-            cwd=self.tmp,
-        )
-        assert self._server.stdout is not None
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._server.stdout, selectors.EVENT_READ)
-        self._buffer = b""
-        ready = self._read_line(SERVER_START_TIMEOUT)
+        preload_file = self.tmp / "preload.json"
+        preload_file.write_text(json.dumps(self.entries))
+        argv = [str(CHILD), "serve", "--preload-file", str(preload_file)]
+        ready = self._fork_from_zygote(argv) if self.zygotes is not None else None
+        if ready is None:
+            self.zygote = None
+            self._attach(
+                subprocess.Popen(
+                    [self.python, *argv],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._server_log,
+                    env=child_env(self.env),
+                    pass_fds=(lifeline(),),
+                    start_new_session=True,
+                    cwd=self.tmp,
+                )
+            )
+            ready = self._read_line(SERVER_START_TIMEOUT)
         if ready is None or "ready" not in ready:
             self._stop_server()
             raise RuntimeError(f"the fork server did not start: {_tail(self.tmp / 'server.log', 2000)}")
@@ -201,8 +267,38 @@ class CellRunner:
             self.cuda_initialized_by = culprit
             self.cuda_culprits.append(culprit)
             self._stop_server()
-            self.preload = [m for m in self.preload if m != culprit]
+            self.entries = [e for e in self.entries if e["name"] != culprit]
             self._start_server()
+
+    def _fork_from_zygote(self, argv: list[str]) -> dict[str, Any] | None:
+        """The server's ready line, forked from a zygote; None where no zygote can serve this cell."""
+        assert self.zygotes is not None
+        while True:
+            forked = self.zygotes.fork(self, argv)
+            if forked is None:
+                return None
+            server, zygote, zygote_seconds = forked
+            self.server_start_seconds -= zygote_seconds  # counted as the zygote's start, not this server's
+            self.cuda_culprits += [c for c in zygote.cuda_culprits if c not in self.cuda_culprits]
+            self._attach(server)
+            ready = self._read_line(SERVER_START_TIMEOUT)
+            if ready is not None and "refused" in ready:
+                # This cell's files differ from the zygote's: the pool will try another (or
+                # start one from this cell), and after that the plain server takes over.
+                self.refusals.append(str(ready["refused"]))
+                self.zygotes.refused(zygote, self, str(ready["refused"]))
+                self._stop_server()
+                self._server_log = (self.tmp / "server.log").open("w")
+                continue
+            self.zygote = zygote
+            return ready
+
+    def _attach(self, server: Server) -> None:
+        assert server.stdout is not None
+        self._server = server
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(server.stdout, selectors.EVENT_READ)
+        self._buffer = b""
 
     def _stop_server(self) -> None:
         if self._server is None:
@@ -266,7 +362,7 @@ class CellRunner:
 
     # -- fresh process -------------------------------------------------------------------
     def _run_process(self, request: dict[str, Any], timeout: float) -> tuple[int | None, int | None, bool]:
-        env = {**self.env, **request["env"]}
+        env = child_env({**self.env, **request["env"]})
         with open(request["output"], "wb") as out:
             proc = subprocess.Popen(
                 [self.python, str(CHILD), "run", request["scenario"], request["result"]],
@@ -274,6 +370,7 @@ class CellRunner:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                pass_fds=(lifeline(),),
                 start_new_session=True,
                 cwd=self.tmp,
             )
@@ -281,6 +378,10 @@ class CellRunner:
             try:
                 code = proc.wait(timeout=timeout)
                 self._running = None
+                try:  # what the scenario left running in its group must not outlive it
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
             except subprocess.TimeoutExpired:
                 self._running = None
                 kill_group(proc.pid, alive=lambda: proc.poll() is None)
@@ -304,12 +405,36 @@ class CellRunner:
         runner = self._run_forked if self.isolation == "fork" else self._run_process
         exit_code, sig, timed_out = runner(request, timeout)
         seconds = time.monotonic() - started
+        record = _read_json(result)
+        imported = record.pop("imported", None) if record is not None else None
+        modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
+        if isinstance(imported, list):
+            self.imports[str(request["scenario"])] = modules
         return RawRun(
-            record=_read_json(result),
+            record=record,
             exit_code=exit_code,
             signal=sig,
             timed_out=timed_out,
             seconds=seconds,
             output_tail=_tail(output),
             metrics=_read_json(metrics) or {},
+            imported=modules,
         )
+
+
+def preload_entries(preload: list[str], learned: list[str] | None) -> list[dict[str, Any]]:
+    """What a fork server imports, in order: {"name", "modules"} entries.
+
+    Without `learned`, one entry per module of the matrix's `preload`. With it, the learned
+    modules replace `preload`'s libraries, one entry per library (`transformers.*`), so a cell
+    whose scenarios never import transformers does not preload it; `preload`'s torch entries
+    stay first when the learned modules use torch (the zygote holds them).
+    """
+    if learned is None:
+        return [{"name": m, "modules": [m]} for m in preload]
+    groups: dict[str, list[str]] = {}
+    for module in learned:
+        groups.setdefault(module.partition(".")[0], []).append(module)
+    torch_entries = [{"name": m, "modules": [m]} for m in preload if m.partition(".")[0] in TORCH_TOPS]
+    uses_torch = any(top in TORCH_TOPS for top in groups)
+    return (torch_entries if uses_torch else []) + [{"name": f"{top}.*", "modules": mods} for top, mods in groups.items()]

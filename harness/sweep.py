@@ -42,10 +42,12 @@ from harness.gpus import GpuPlan
 from harness.interpret import interpret
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome
+from harness.preloads import learned_preload, remember
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
 from harness.schedule import Feed
+from harness.zygote import ZygotePool
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
 
@@ -66,6 +68,7 @@ class SweepOptions:
     gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
     shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
     lookahead: bool = True  # a job prepares its next cell while it runs one
+    zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
 
 
 @dataclass
@@ -189,12 +192,11 @@ class Ledger:
     scenario_seconds: float = 0.0
     imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
 
-    def line(self, culprits: str) -> str:
-        slowest = sorted(self.imports.items(), key=lambda kv: -kv[1])[:3]
-        imports = ", ".join(f"{m} {s:.1f}" for m, s in slowest)
+    def line(self, zygotes: str, culprits: str) -> str:
         return (
-            f"time: env builds {self.env_seconds:.1f} s, fork-server starts {self.server_start_seconds:.1f} s"
-            f" (slowest imports: {imports or '-'}), scenarios {self.scenario_seconds:.1f} s; not preloaded (CUDA at import): {culprits}"
+            f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
+            f" (slowest imports: {_slowest(self.imports)}), scenarios {self.scenario_seconds:.1f} s;"
+            f" not preloaded (CUDA at import): {culprits}"
         )
 
 
@@ -231,6 +233,8 @@ class Sweep:
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
         self._run_recorded = False
+        zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
+        self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
 
     # -- the whole sweep ----------------------------------------------------------------------
     def keys_for(self, cell: Cell) -> Todo:
@@ -280,9 +284,29 @@ class Sweep:
         self.reporter.finish()
         return produced
 
+    def close(self) -> None:
+        """Stop the zygotes. They serve every cell of the sweep, refinement's probes too, so the
+        sweep's owner closes it when it is done (`with Sweep(...)`); they die with the harness anyway."""
+        if self.zygotes is not None:
+            self.zygotes.close()
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def timing_line(self) -> str:
         """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
-        return self.ledger.line(self.culprits.describe())
+        zygotes = "zygotes off"
+        if self.zygotes is not None:
+            z = self.zygotes.stats
+            zygotes = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+            if z.refusals:
+                zygotes += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
+            if z.fallbacks:
+                zygotes += f", not forked from a zygote: {self.zygotes.describe_fallbacks()}"
+        return self.ledger.line(zygotes, self.culprits.describe())
 
     def gpu_ids(self) -> list[str]:
         return self.gpus.ids()
@@ -350,12 +374,23 @@ class Sweep:
         if not env.ready:
             return _Prepared(cell, todo, env, None, origin)
         s = self.settings
-        avoid = self.culprits.avoid(s.preload, env.freeze)
-        runner = CellRunner(env.python, isolation=s.isolation, preload=s.preload, env=self.gpus.server_env(), avoid=avoid)
+        # a `preload` module, or a library's learned modules (`peft.*`), at this version
+        avoid = self.culprits.avoid(env.freeze)
+        runnable = [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
+        learned = learned_preload(env.location, runnable) if self.zygotes is not None and s.preload else None
+        runner = CellRunner(
+            env.python,
+            isolation=s.isolation,
+            preload=s.preload,
+            env=self.gpus.server_env(),
+            avoid=avoid,
+            learned=learned,
+            zygotes=self.zygotes,
+        )
         try:
             # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),
             # unless no scenario can run here at all.
-            if any(not applicability(sc, env.freeze, len(self.gpu_ids())) for sc, _ in todo):
+            if runnable:
                 runner.start()
         except BaseException:
             runner.close()
@@ -390,6 +425,9 @@ class Sweep:
                 for module, seconds in runner.preload_seconds.items():
                     self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
+            if self.zygotes is not None and self.settings.preload:
+                learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
+                remember(env.location, [s for s, _ in ready.todo], runner.imports, learned)
         return outcomes
 
     def _emit(self, made: Outcome, cell: Cell) -> Outcome:
@@ -417,3 +455,7 @@ class Sweep:
 def _close_runner(prepared: _Prepared) -> None:
     if prepared.runner is not None:
         prepared.runner.close()
+
+
+def _slowest(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{m} {s:.1f}" for m, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:3]) or "-"
