@@ -45,7 +45,8 @@ class ProgressReporter:
         self.task = self.progress.add_task("sweep", total=0)
 
     def start(self, total: int) -> None:
-        self.progress.update(self.task, total=total)
+        # Called once for the matrix's cells and once per round of refinement probes.
+        self.progress.reset(self.task, total=total)
         self.progress.start()
 
     def cell_started(self, cell: Cell) -> None:

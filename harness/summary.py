@@ -204,9 +204,8 @@ def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> No
         return
     versions = ", ".join(f"{a} {v}" for a, v in result.versions)
     console.print(f"  {escape(versions)}", overflow="fold")
-    console.print(
-        f"  passes {len(wanted)} of the {len(passing)} scenario(s) that pass somewhere; cell {escape(result.cell_ids[0])}", overflow="fold"
-    )
+    console.print(f"  passes {len(wanted)} of the {len(passing)} scenario(s) that pass somewhere, in cell")
+    console.print(f"  {escape(result.cell_ids[0])}", overflow="fold")
     if dropped:
         console.print(f"  no tested set also passes: {escape(', '.join(dropped))}", overflow="fold")
 
