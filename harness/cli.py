@@ -587,6 +587,7 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--rounds", type=int, default=2, help="with --plan: rounds of bisection to prepare for (default: 2)")
     p.add_argument("--machine", default="", help="with --plan: only answers on machines whose label contains this, e.g. H200")
+    p.add_argument("--axis", action="append", default=[], help="with --plan: only ranges along this axis (repeatable)")
 
 
 def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
@@ -598,7 +599,7 @@ def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
     if args.plan:
         from harness.refinement import probe_matrix
 
-        text, probes = probe_matrix(db, args.matrix, args.rounds, args.machine)
+        text, probes = probe_matrix(db, args.matrix, args.rounds, args.machine, args.axis)
         args.plan.parent.mkdir(parents=True, exist_ok=True)
         args.plan.write_text(text)
         versions = sorted({f"{p.line.axis} {p.value}" for p in probes})

@@ -322,9 +322,9 @@ def _value_of(candidate: Candidate) -> str:
     return candidate.value
 
 
-def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str) -> tuple[str, list[Probe]]:
+def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> tuple[str, list[Probe]]:
     """A matrix of the probe cells the next `rounds` rounds of refinement may build on machines
-    whose label contains `machine`: run it where the runner is (offline: `harness wheelhouse
+    whose label contains `machine` (on `axes` only, when given): run it where the runner is (offline: `harness wheelhouse
     --matrix` of it first), merge its results, and attribute or plan again."""
     if rounds < 1:
         raise BadInput(f"--rounds {rounds}: give at least 1")
@@ -337,7 +337,7 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str) -> tuple[str
     if not labels:
         found = sorted({t.machine for t in transitions if t.machine})
         raise BadInput(f"no answer in {str(db)!r} holds on a machine matching {machine!r}; machines: {', '.join(found) or 'none'}")
-    probes = [p for label in labels for p in offline_probes(transitions, label, rounds)]
+    probes = [p for label in labels for p in offline_probes(transitions, label, rounds) if not axes or p.line.axis in axes]
     if not probes:
         raise BadInput(f"no range in {str(db)!r} on {', '.join(labels)} that a build could narrow: nothing to prepare")
     built = [_probe_cell(p, cells) for p in probes]

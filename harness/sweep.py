@@ -255,7 +255,14 @@ class Sweep:
         self._run_recorded = True
 
     def releases(self) -> dict[str, list[tuple[str, datetime | None]]]:
-        """Per axis with releases: every release the index offers this run's Python on this platform."""
+        """Per axis with releases: every release the index offers this run's Python on this platform.
+
+        With `no_index` (an offline runner's wheelhouse) the index was never asked: a folder of
+        the wheels this matrix needed says nothing of what lies between them, so nothing is
+        listed and the run's answers stay ranges until `harness attribute` asks the index.
+        """
+        if self.settings.no_index:
+            return {}
         axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
         exclude = self.settings.exclude_newer
         moment = datetime.fromisoformat(exclude.replace("Z", "+00:00")) if exclude not in ("", "period") else None
