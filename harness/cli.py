@@ -147,13 +147,13 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
 
 def _refine_after_sweep(args: argparse.Namespace, sweep: Any, store: Any, console: Console) -> str:
     """The sweep's last step: narrow its ranges to exact releases (docs/attribution.md), unless told not to."""
-    from harness.refinement import refine_run
-
     if args.no_refine or args.shard or args.cell:
         # A shard or a chosen cell sees only part of the matrix's lines: refine after merging (`harness refine`).
         return (
             "refinement: off (" + ("--no-refine" if args.no_refine else "--shard: refine the merged file" if args.shard else "--cell") + ")"
         )
+    from harness.refinement import refine_run  # only here: a runner's shard never needs it (nor DuckDB)
+
     if args.refine_limit is not None:
         sweep.settings.refine_limit = args.refine_limit
     report = refine_run(sweep, store, None if args.json else _print_round(console))

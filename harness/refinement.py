@@ -17,21 +17,23 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import hostinfo, queries
+from harness import hostinfo
 from harness.analysis.attribution import Transition, attribute
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
 from harness.analysis.refine import Plan, Probe, Share, offline_probes, plan_round
 from harness.analysis.rows import Machine, machine_of
 from harness.analysis.versions import git_url_without_ref, release
-from harness.bisection import Step, git_steps, pr_number, with_step
 from harness.candidates import index_for, python_version_of, resolve_matrix
 from harness.errors import BadInput
 from harness.matrix import Candidate, Cell, load_matrix
 from harness.scenarios import Scenario, available, load_scenario, select
 from harness.shardfile import known_releases, outcome_rows
-from harness.store import Store
+
+if TYPE_CHECKING:
+    from harness.bisection import Step
+    from harness.store import Store
 from harness.sweep import ResultStore, Sweep, SweepOptions, SweepPlan
 
 #: A round of probes, as it starts: (round number, the plan) -> the log line(s) of the caller.
@@ -184,6 +186,9 @@ def refine_file(
     Settings (index, find-links, python, repeats) come from `matrix`; the probe cells from the
     stored cells of each range's line. Probes are stored under run `refine-<machine>`.
     """
+    from harness import queries  # DuckDB: only where a results file is read
+    from harness.store import Store
+
     spec = load_matrix(matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)  # validates the matrix: bad input writes nothing
@@ -245,6 +250,8 @@ class CommitAnswer:
 
     def line(self) -> str:
         t = self.transition
+        from harness.bisection import pr_number
+
         pr = pr_number(self.subject)
         found = f"{self.commit[:12]} {self.subject}" + (f" (PR #{pr})" if pr and f"#{pr}" not in self.subject else "")
         text = f"{t.headline()}: {t.kind} by commit {found}; the commit before it is {self.other[:12]}"
@@ -273,6 +280,9 @@ def refine_commits(
     """For each exact release answer on an axis with a clone in `repos`: bisect the first-parent
     commits between the two release tags, on the answer's line (one line per answer), through the
     same cells and store as every other probe."""
+    from harness import queries  # DuckDB: only where a results file is read
+    from harness.bisection import git_steps, with_step
+
     answers = []
     seen: set[tuple[str, str, str, str, str]] = set()
     for t in transitions:
@@ -326,6 +336,9 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     """A matrix of the probe cells the next `rounds` rounds of refinement may build on machines
     whose label contains `machine` (on `axes` only, when given): run it where the runner is (offline: `harness wheelhouse
     --matrix` of it first), merge its results, and attribute or plan again."""
+    from harness import queries  # DuckDB: only where a results file is read
+    from harness.store import Store
+
     if rounds < 1:
         raise BadInput(f"--rounds {rounds}: give at least 1")
     source = tomllib.loads(matrix.read_text())

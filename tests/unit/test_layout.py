@@ -52,3 +52,19 @@ def test_the_readme_layout_names_every_module() -> None:
     for path in [*(REPO / "harness").glob("*.py"), *ANALYSIS]:
         if path.stem not in ("__init__", "__main__"):
             assert path.stem in layout, f"README's layout does not name {path.relative_to(REPO)}"
+
+
+def test_a_runner_sweep_needs_no_duckdb() -> None:
+    # A GPU runner gets only uv and the libraries under test: its sweeps write JSON-lines shards,
+    # and nothing on that path (the CLI, the sweep, refinement's step) may import DuckDB.
+    code = (
+        "import sys\nsys.modules['duckdb'] = None  # importing it now raises ImportError\n"
+        "import harness.cli, harness.sweep, harness.refinement, harness.shardfile, harness.zygote\n"
+        "from harness.cli import _refine_after_sweep\n"
+        "import argparse\n"
+        "args = argparse.Namespace(no_refine=False, shard=(1, 3), cell=[], refine_limit=None, json=False)\n"
+        "print(_refine_after_sweep(args, None, None, None))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "refinement: off (--shard: refine the merged file)" in out.stdout
