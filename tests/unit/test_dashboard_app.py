@@ -186,7 +186,8 @@ def test_a_missing_file_is_one_error_naming_the_fix(tmp_path: Path, monkeypatch:
 
 def test_a_file_held_by_a_writer_is_an_error_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = build_store(tmp_path / "busy.duckdb")
-    # A sweep in another process holds DuckDB's write lock on the file while it runs.
+    monkeypatch.setattr(common, "LOCK_WAIT", 0.5)
+    # A process outside the harness keeps DuckDB's write lock on the file (harness writers hold it for moments).
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE,
@@ -197,7 +198,9 @@ def test_a_file_held_by_a_writer_is_an_error_not_a_crash(tmp_path: Path, monkeyp
         monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
         at = AppTest.from_file(APP, default_timeout=60).run()
         assert not at.exception
-        assert "holds DuckDB's write lock on it. If a sweep is writing to it, wait until it ends" in at.error[0].value
+        message = at.error[0].value
+        assert "stayed locked by" in message and f"(PID {holder.pid})" in message, message
+        assert "close that connection or open it with duckdb.connect(..., read_only=True)" in message
     finally:
         holder.kill()
         holder.wait()
