@@ -162,15 +162,16 @@ class Journal:
             except OSError:
                 pass
 
-    def close(self, *, folded: bool) -> None:
-        """Stop writing. `folded`: the results file holds every record (the journal was removed
-        while the write lock was held); else the journal stays for the next writer to fold."""
+    def close(self, *, folded: bool, state: str = "finished") -> None:
+        """Stop writing. `folded`: the results file holds every record (and the journal was removed
+        once it did); else the journal stays for the next writer to fold, its status saying
+        `state` (`finished`, or `stopped` when the writer failed: the dashboard says rerun)."""
         if self._fd is None:
             return
         if folded:
             remove(self.path)
         else:
-            self.update_status(state="finished")
+            self.update_status(state=state)
         os.close(self._fd)  # lets the flock go
         self._fd = None
 

@@ -454,6 +454,7 @@ class Store:
         self._turn: _Turn | None = None  # held with a writer's `con`
         self._last_fold = time.monotonic()
         self._fold_every = FOLD_SECONDS
+        self._failed = False  # closed by an exception: a journal left behind says the writer stopped
         #: After close: the journal left unfolded because another writer kept its turn ("" if none).
         self.left_journal = ""
         if self.path == ":memory:":
@@ -531,7 +532,8 @@ class Store:
                     pass
 
     def _connect(self, *, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
-        """A connection, retried while another process holds the file (a fold, a reader) for up to `wait` s."""
+        """A connection, retried for up to `wait` s while another process holds DuckDB's write lock
+        (a writer's `con`, or a process outside the harness)."""
         deadline = time.monotonic() + wait
         delay = 0.005
         while True:
@@ -555,12 +557,14 @@ class Store:
                         folded = self._fold(waiting, closing=True)
                     finally:
                         self.left_journal = "" if folded else str(self._journal.path)
-                        self._journal.close(folded=folded)
+                        self._journal.close(folded=folded, state="stopped" if self._failed else "finished")
                         self._journal = None
             finally:
                 if self._con is not None:
                     con, self._con = self._con, None
                     try:
+                        if not self.read_only:
+                            con.execute("CHECKPOINT")  # its errors, not swallowed at close
                         self._close(con)
                     finally:
                         if self._turn is not None:
@@ -576,6 +580,7 @@ class Store:
             return
         # Already failing (a full disk, Ctrl-C): fold briefly and never hide the first error.
         # Whatever is not folded stays in the journal, which the next writer folds.
+        self._failed = True
         try:
             self.close(waiting=2.0)
         except (StoreError, duckdb.Error, OSError):
