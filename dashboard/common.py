@@ -9,7 +9,7 @@ its journal into a copy and swaps it in, harness/store.py), so a reader's lock i
 A held connection is a snapshot of the file and its journals, so it is opened again when they
 change. Query results are cached per file version (path, size and mtime of the file, its WAL
 and its journals): a file a sweep changed is read again. While a sweep writes to the file,
-every page says how far it got and reruns itself when the version changes (REFRESH_SECONDS).
+every page says how far it got; every page reruns itself when the version changes (REFRESH_SECONDS).
 docs/dashboard.md has the measurements.
 """
 
@@ -192,9 +192,10 @@ def data_banner() -> dict[str, Any]:
     """Say which data is on screen and, while a sweep writes it, how far the sweep got (and
     follow it); stop with the reason when the file cannot be read."""
     path = db_path()
+    # First, and always: a page that stops below (no outcomes yet) still notices a sweep that
+    # starts writing later. On a file no one writes, it is a stat every REFRESH_SECONDS.
+    _follow(version())
     writers = live.writers(path)
-    if any(w.alive for w in writers):
-        _follow(version())  # first: a page that stops below (no outcomes yet) still follows the sweep
     try:
         overview = query(queries.overview)
     except StoreLocked as exc:  # a process outside the harness holds the file open for writing
@@ -225,8 +226,8 @@ def data_banner() -> dict[str, Any]:
 
 @st.fragment(run_every=REFRESH_SECONDS)
 def _follow(seen: FileVersion) -> None:
-    """Rerun the whole page when a sweep wrote to the file (a fragment: between two checks,
-    nothing else is redrawn). Registered only while a sweep writes: a finished file stays still."""
+    """Rerun the whole page when the file or its journals changed (a sweep wrote an outcome, a
+    merge or `attribute` swapped the file in): a fragment, so between two checks nothing is redrawn."""
     if version() != seen:
         st.rerun()
 
