@@ -16,6 +16,10 @@
    outcome (`Store.con`, which still does that). Both into a copy of results/default.duckdb
    (8.7 MB, 1,169 outcomes), per outcome in ms.
 
+With `--compare DIR` (another checkout of the harness, e.g. `git worktree add /tmp/before main`),
+part 1 runs again with that harness for the sweep and the reader: the wall it takes, and how
+many of its reads (and sweeps) failed on DuckDB's lock.
+
 Medians over the repeats; min-max in brackets. Prints one block for docs/benchmarks.md.
 """
 
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,10 +93,11 @@ def sweep_command(matrix: Path, db: Path, env_root: Path, scenarios: list[Path],
     return command
 
 
-def timed_sweep(command: list[str], db: Path, with_reader: bool, work: Path) -> tuple[float, int, int]:
-    """(wall seconds, reads, failed reads) of one sweep into a new file."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    Store(db).close()  # the file exists before the reader starts, as when a dashboard is open on it
+def timed_sweep(command: list[str], db: Path, with_reader: bool, work: Path, harness: Path = REPO) -> tuple[float, int, int, bool]:
+    """(wall seconds, reads, failed reads, whether the sweep failed) of one sweep into a new file."""
+    env = {**os.environ, "PYTHONPATH": str(harness)}
+    # The file exists before the reader starts, as when a dashboard is open on it.
+    subprocess.run([sys.executable, "-c", f"from harness.store import Store; Store({str(db)!r}).close()"], env=env, check=True)
     stop = work / f"{db.name}.stop"
     reader = None
     if with_reader:
@@ -100,18 +106,43 @@ def timed_sweep(command: list[str], db: Path, with_reader: bool, work: Path) -> 
         )
         time.sleep(1.0)
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, cwd=harness, capture_output=True, text=True, env=env)
     wall = time.monotonic() - started
-    if done.returncode != 0:
+    if done.returncode != 0 and harness == REPO:
         raise SystemExit(f"sweep failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     reads = failures = 0
     if reader is not None:
         stop.touch()
         out, err = reader.communicate(timeout=60)
         reads, failures = (int(x) for x in out.split())
-        if err.strip():
+        if err.strip() and harness == REPO:
             print(err.strip(), file=sys.stderr)
-    return wall, reads, failures
+    return wall, reads, failures, done.returncode != 0
+
+
+@dataclass
+class PartOne:
+    walls: dict[str, list[float]] = field(default_factory=lambda: {"alone": [], "with reader": []})
+    reads: list[int] = field(default_factory=list)  # reads (successful or not) per sweep with the reader
+    failed_reads: int = 0
+    failed_sweeps: int = 0
+
+
+def part_one(args: argparse.Namespace, matrix: Path, env_root: Path, scenarios: list[Path], work: Path, harness: Path) -> PartOne:
+    """Sweep wall alone and with a reader polling every second, the order alternating between repeats."""
+    part = PartOne()
+    for repeat in range(args.repeats):
+        order = ["alone", "with reader"] if repeat % 2 == 0 else ["with reader", "alone"]
+        for mode in order:
+            db = work / f"{harness.name}-r{repeat}-{mode.replace(' ', '-')}.duckdb"
+            command = sweep_command(matrix, db, env_root, scenarios, f"bench-{repeat}")
+            wall, reads, failed, sweep_failed = timed_sweep(command, db, mode == "with reader", work, harness)
+            part.walls[mode].append(wall)
+            part.failed_sweeps += sweep_failed
+            if mode == "with reader":
+                part.reads.append(reads + failed)
+                part.failed_reads += failed
+    return part
 
 
 def store_costs(n: int, work: Path) -> tuple[float, float, float]:
@@ -149,6 +180,7 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=2, help="light cells, 1-6 (default: 2)")
     parser.add_argument("--scenarios", type=int, default=40, help="scenarios per cell (default: 40)")
     parser.add_argument("--store-outcomes", type=int, default=400, help="outcomes for the store-alone part (default: 400)")
+    parser.add_argument("--compare", type=Path, default=None, help="another checkout of the harness to run part 1 with too")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-live-"))
@@ -171,33 +203,26 @@ def main() -> int:
         )
         if warm.returncode != 0:
             raise SystemExit(f"prebuild failed:\n{warm.stdout[-2000:]}\n{warm.stderr[-2000:]}")
-        walls: dict[str, list[float]] = {"alone": [], "with reader": []}
-        reads: list[int] = []
-        failures = 0
-        for repeat in range(args.repeats):
-            order = ["alone", "with reader"] if repeat % 2 == 0 else ["with reader", "alone"]
-            for mode in order:
-                db = work / f"r{repeat}-{mode.replace(' ', '-')}.duckdb"
-                wall, n, failed = timed_sweep(
-                    sweep_command(matrix, db, env_root, scenarios, f"bench-{repeat}"), db, mode == "with reader", work
-                )
-                walls[mode].append(wall)
-                if mode == "with reader":
-                    reads.append(n)
-                    failures += failed
+        runs = {"this harness": part_one(args, matrix, env_root, scenarios, work, REPO)}
+        if args.compare:
+            runs[f"harness at {args.compare}"] = part_one(args, matrix, env_root, scenarios, work, args.compare.resolve())
         per_journal, per_held, fold_ms = store_costs(args.store_outcomes, work)
         outcomes = args.cells * args.scenarios
-        ratios = [w / a for w, a in zip(walls["with reader"], walls["alone"])]
         load = os.getloadavg()[0]
         print(
             f"bench_live  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  host: {platform.node()}, {os.cpu_count()} CPUs, "
             f"load avg at the end {load:.2f}; median of {args.repeats} (min–max)"
         )
         print(f"sweep of {outcomes} light outcomes ({args.cells} cells × {args.scenarios} scenarios, fork, preload = [])")
-        print(f"  alone:                      {spread(walls['alone'])}")
-        polled = f"({statistics.median(reads):.0f} reads a sweep, {failures} failed)"
-        print(f"  reader polling every 1 s:   {spread(walls['with reader'])}  {polled}")
-        print(f"  ratio (with / alone):       {spread(ratios, unit='', digits=3)}")
+        for name, part in runs.items():
+            ratios = [w / a for w, a in zip(part.walls["with reader"], part.walls["alone"])]
+            print(f" {name}:")
+            print(f"  alone:                      {spread(part.walls['alone'])}")
+            polled = f"({statistics.median(part.reads):.0f} reads a sweep, {part.failed_reads} of {sum(part.reads)} failed)"
+            print(f"  reader polling every 1 s:   {spread(part.walls['with reader'])}  {polled}")
+            print(f"  ratio (with / alone):       {spread(ratios, unit='', digits=3)}")
+            if part.failed_sweeps:
+                print(f"  sweeps that failed:         {part.failed_sweeps} of {2 * args.repeats}")
         every = f"FOLD_SECONDS {store_module.FOLD_SECONDS:g}"
         print(f"store alone, {args.store_outcomes} outcomes into a copy of results/default.duckdb ({every})")
         print(f"  journal + folds:            {per_journal:.2f} ms per outcome")

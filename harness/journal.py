@@ -33,8 +33,9 @@ STATUS_SUFFIX = ".status.json"
 
 
 def folder_of(db: Path | str) -> Path:
-    """Where the journals of results file `db` live: `<db>.journal/`."""
-    return Path(f"{db}.journal")
+    """Where the journals of results file `db` live: `<db>.journal/` beside the real file (a
+    symlink to it, or a relative path from elsewhere, finds the same folder)."""
+    return Path(f"{os.path.realpath(db)}.journal")
 
 
 def journals(db: Path | str) -> list[Path]:

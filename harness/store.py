@@ -446,7 +446,9 @@ class Store:
         self.read_only = read_only
         #: How long to wait for another process's lock before saying who holds it.
         self.lock_wait = LOCK_WAIT_SECONDS if lock_wait is None else lock_wait
-        self._where = os.path.abspath(self.path)  # the journals' folder, whatever the working directory becomes
+        # Where the file really is: a swap replaces it (not a symlink to it), the journals sit beside
+        # it, and another working directory does not matter.
+        self._where = os.path.realpath(self.path)
         self._con: duckdb.DuckDBPyConnection | None = None
         self._journal: Journal | None = None
         self._session: duckdb.DuckDBPyConnection | None = None
@@ -454,6 +456,8 @@ class Store:
         self._turn: _Turn | None = None  # held with a writer's `con`
         self._last_fold = time.monotonic()
         self._fold_every = FOLD_SECONDS
+        self._timer: threading.Timer | None = None  # a fold due after the last record
+        self._own_folded = 0  # bytes of our journal the file holds
         self._failed = False  # closed by an exception: a journal left behind says the writer stopped
         #: After close: the journal left unfolded because another writer kept its turn ("" if none).
         self.left_journal = ""
@@ -522,6 +526,11 @@ class Store:
                 os.link(tmp, target)
             except FileExistsError:
                 pass  # another writer created it first: theirs is as good
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                    raise
+                if not target.exists():  # a file system without hard links: a rename, nearly as safe
+                    os.rename(tmp, target)
         except (OSError, duckdb.Error) as exc:
             raise store_error(self.path, exc) from exc
         finally:
@@ -550,6 +559,9 @@ class Store:
     def close(self, *, waiting: float = CLOSE_WAIT_SECONDS) -> None:
         """Fold what this writer journaled (waiting up to `waiting` s for another writer's turn) and let go of the file."""
         with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             try:
                 if self._journal is not None:
                     folded = False
@@ -597,7 +609,7 @@ class Store:
                 if self.read_only:
                     self._con = self._open_snapshot()
                 else:
-                    self._turn = _Turn.take(self.path, self.lock_wait)
+                    self._turn = _Turn.take(self._where, self.lock_wait)
                     try:
                         con = self._connect(read_only=False, wait=self.lock_wait)
                         try:
@@ -628,14 +640,14 @@ class Store:
         file's identity is checked around the two, and a swap in between means: once more.
         """
         for _ in range(20):
-            before = _identity(self.path)
+            before = _identity(self._where)
             con = self._connect(read_only=True, wait=self.lock_wait)
             try:
                 _overlay(con, self._where)
             except BaseException:
                 con.close()
                 raise
-            if _identity(self.path) == before:
+            if _identity(self._where) == before:
                 return con
             con.close()
         raise StoreError(f"{self.path!r} was replaced 20 times while being opened; rerun (are writers folding it in a loop?)")
@@ -734,7 +746,7 @@ class Store:
                 yield self._con
                 return
             try:
-                turn = _Turn.take(self.path, self.lock_wait if wait is None else wait)
+                turn = _Turn.take(self._where, self.lock_wait if wait is None else wait)
                 try:
                     turn.keep_out_outsiders()
                 except BaseException:
@@ -745,9 +757,9 @@ class Store:
                     raise
                 raise StoreLocked(f"{exc}; rerun when it is done") from None
             try:
-                target = Path(self.path)
+                target = Path(self._where)
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.fold")
-                wal = Path(f"{self.path}.wal")
+                wal = Path(f"{self._where}.wal")
                 try:
                     try:
                         turn.copy_to(tmp)
@@ -800,9 +812,26 @@ class Store:
                 self._journal.append(record)
             except OSError as exc:
                 raise store_error(self.path, exc) from exc
-            if time.monotonic() - self._last_fold >= self._fold_every:
+            due = self._last_fold + self._fold_every - time.monotonic()
+            if due <= 0:
                 self.fold(wait=FOLD_TRY_SECONDS)
+            elif self._timer is None:
+                # The last record before a long scenario must not wait for the next one to reach
+                # the file (a user's own SQL reads only the file): fold it when it is due anyway.
+                self._timer = threading.Timer(due, self._fold_later)
+                self._timer.daemon = True
+                self._timer.start()
             return 1 if record.get("type") == "outcome" else 0
+
+    def _fold_later(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._journal is None:
+                return  # closed meanwhile: close folded
+            try:
+                self.fold(wait=FOLD_TRY_SECONDS)
+            except StoreError:
+                pass  # the next record's fold (or close) meets the same cause and reports it
 
     def fold(self, wait: float = 0.0) -> bool:
         """Bring every journal's new records into the file; False if another writer kept its turn
@@ -817,6 +846,8 @@ class Store:
         if self._con is not None:
             self._fold_into(self._con, closing=closing, remove_now=True)
             return True
+        if not closing and self._journal is not None and self._journal.size() == self._own_folded:
+            return True  # nothing of ours to fold: no copy for nothing (other writers fold their own)
         started = time.monotonic()
         try:
             with self.writing(wait=wait, closing=closing, busy=True):
@@ -849,6 +880,7 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
         own = self._journal.path.name if self._journal is not None else ""
+        self._own_folded = found.ends.get(own, 0)
         folder = folder_of(self._where)
         # A writer that is gone adds nothing more; bytes past its last newline are half a line a kill cut short.
         gone = [name for name in found.ends if (name == own and closing) or (name != own and not writer_alive(folder / name))]

@@ -131,6 +131,18 @@ def test_a_writer_never_waits_for_a_reader(db: Path) -> None:
     assert not journal.folder_of(db).exists()
 
 
+def test_the_last_outcome_reaches_the_file_without_waiting_for_the_next(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A GPU scenario may run for minutes: the outcome before it must not wait for its successor
+    # to reach the file that a user's own SQL reads.
+    monkeypatch.setattr(store, "FOLD_SECONDS", 0.5)
+    with Store(db) as writer:
+        writer.add_outcome(outcome("first"))
+        deadline = time.monotonic() + 20
+        while count_raw(db) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert count_raw(db) == 1
+
+
 def test_two_writers_fold_each_key_once(db: Path) -> None:
     # Two processes journal overlapping keys (two sweeps of one run); the file keeps one row a key.
     code = """
