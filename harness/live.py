@@ -123,9 +123,8 @@ class LiveReporter:
 
 
 def watched(store: Any, inner: Reporter | None) -> Reporter | None:
-    """`inner`, reporting to the readers of `store` too when it is a DuckDB results file."""
-    from harness.store import Store
-
-    if isinstance(store, Store) and store.path != ":memory:":
+    """`inner`, reporting to the readers of `store` too when it is a DuckDB results file (asked
+    by what it can do, not by its class: a runner writing a JSON-lines shard has no DuckDB)."""
+    if callable(getattr(store, "report", None)) and getattr(store, "path", ":memory:") != ":memory:":
         return LiveReporter(store, inner)
     return inner

@@ -299,3 +299,13 @@ def test_a_journal_line_is_whole_or_absent(tmp_path: Path) -> None:
     assert [r["n"] for r in records] == [1, 3]
     assert all(json.loads(line) for line in log.path.read_text().splitlines())
     log.close(folded=False)
+
+
+def test_a_shard_sweep_needs_no_duckdb(tmp_path: Path) -> None:
+    # The GPU runner writes JSON-lines shards and may have no duckdb: watching must not import it.
+    code = (
+        "import sys; from harness import live; from harness.shardfile import ShardStore; "
+        f"s = ShardStore({str(tmp_path / 'x.jsonl')!r}); print(live.watched(s, None), 'duckdb' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.split() == ["None", "False"], proc.stderr
