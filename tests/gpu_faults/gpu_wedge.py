@@ -1,8 +1,8 @@
 """GPU fault: a kernel that never returns. `torch.cuda._sleep` spins one kernel for 2**62 clock
 cycles (decades), and `synchronize` waits for it. SIGTERM is ignored, as a process stuck in a
 driver call may not answer it, so the harness's timeout must escalate to SIGKILL of the whole
-process group; a grandchild process (named gpu-fault-wedge-grandchild, for the leftover check)
-must die with it.
+process group; a grandchild process (named gpu-fault-wedge-grandchild, for the leftover check;
+it inherits the ignored SIGTERM, so only the group's SIGKILL ends it) must die with it.
 
 What the harness must say: `timeout` after TIMEOUT seconds, and the next scenario of the cell
 runs on the GPU (the driver ends the kernel with the process's CUDA context).
