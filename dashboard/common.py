@@ -2,13 +2,15 @@
 
 Connections (`HARNESS_DASHBOARD_CONNECTION`): `held`, the default, keeps one read-only
 connection per file while the dashboard is in use and closes it after IDLE_SECONDS without a
-query, so DuckDB's cache stays warm across clicks but the file's lock is let go soon after: a
-sweep can then write to it. `per-query` opens and closes the file around every query (never
-blocks a writer for longer than a query, but each open starts DuckDB cold); `cached` keeps one
-connection for the server's life (st.cache_resource: fastest, and a sweep on the same file
-fails until the dashboard stops). Query results are cached per file version (path, size, mtime,
-and the same for its WAL), so a file a sweep changed is read again. docs/dashboard.md has the
-measurements.
+query, so DuckDB's cache stays warm across clicks; `per-query` opens and closes the file around
+every query (each open starts DuckDB cold); `cached` keeps its connection for the server's
+life. None of them stands in a sweep's way: a sweep never writes the file in place (it folds
+its journal into a copy and swaps it in, harness/store.py), so a reader's lock is no obstacle.
+A held connection is a snapshot of the file and its journals, so it is opened again when they
+change. Query results are cached per file version (path, size and mtime of the file, its WAL
+and its journals): a file a sweep changed is read again. While a sweep writes to the file,
+every page says how far it got; every page reruns itself when the version changes (REFRESH_SECONDS).
+docs/dashboard.md has the measurements.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import streamlit as st
 
 from dashboard import logic
-from harness import queries
+from harness import journal, live, queries
+from harness.errors import StoreLocked
 from harness.store import Store
 
 P = ParamSpec("P")
@@ -40,6 +43,12 @@ DEFAULT_DESCRIPTION = "the sample shipped with the harness: the default CPU swee
 CONNECTION = os.environ.get("HARNESS_DASHBOARD_CONNECTION", "held")
 #: `held` connections close after this many seconds without a query.
 IDLE_SECONDS = 10.0
+#: A query waits this long for a process outside the harness that opened the file for writing.
+LOCK_WAIT = 5.0
+#: While a sweep writes to the file, each page checks this often whether new outcomes arrived.
+REFRESH_SECONDS = 2.0
+#: What `query` results are cached by: the file, its WAL and its journals, each with size and mtime.
+FileVersion = tuple[Any, ...]
 PAGES = {
     "matrix": "views/matrix.py",
     "failures": "views/failures.py",
@@ -73,52 +82,74 @@ def db_path() -> Path:
     return Path(chosen) if chosen else given_db()
 
 
-def file_version(path: Path) -> tuple[str, int, int, int, int]:
-    """Changes whenever a sweep writes to the file, so cached results are never stale."""
+def file_version(path: Path) -> FileVersion:
+    """Changes whenever a sweep writes to the file or to a journal beside it, so cached results are never stale."""
     try:
         main = path.stat()
     except FileNotFoundError:
-        return (str(path), 0, 0, 0, 0)
+        return (str(path), 0, 0, 0, 0, ())
     wal = Path(f"{path}.wal")
     extra = wal.stat() if wal.exists() else None
-    return (str(path.resolve()), main.st_mtime_ns, main.st_size, extra.st_mtime_ns if extra else 0, extra.st_size if extra else 0)
-
-
-@st.cache_resource(show_spinner=False)
-def _shared_store(path: str) -> tuple[Store, threading.Lock]:
-    return Store(path, read_only=True), threading.Lock()
+    journals = []
+    for found in journal.journals(path):
+        try:
+            stat = found.stat()
+        except FileNotFoundError:
+            continue  # folded and removed just now
+        journals.append((found.name, stat.st_mtime_ns, stat.st_size))
+    return (
+        str(path.resolve()),
+        main.st_mtime_ns,
+        main.st_size,
+        extra.st_mtime_ns if extra else 0,
+        extra.st_size if extra else 0,
+        tuple(journals),
+    )
 
 
 class _Held:
-    """One read-only connection per file, shared by every session, closed when idle."""
+    """One read-only connection per file, shared by every session, closed when idle (`held`) or
+    never (`cached`), and opened again when the file changes (a held connection is a snapshot)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()  # one DuckDB connection is not safe across Streamlit's session threads
-        self.stores: dict[str, Store] = {}
+        self.stores: dict[str, tuple[Store, FileVersion]] = {}
         self.timers: dict[str, threading.Timer] = {}
 
-    def call(self, path: str, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(
+        self, version: FileVersion, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], idle: float | None
+    ) -> Any:
+        path = version[0]
         with self.lock:
-            store = self.stores.get(path)
-            if store is None:
-                store = self.stores[path] = Store(path, read_only=True)
+            held = self.stores.get(path)
+            if held is not None and held[1] != version:
+                self._drop(path)
+                held = None
+            if held is None:
+                store = Store(path, read_only=True, lock_wait=LOCK_WAIT)
+                store.con  # noqa: B018 - opens and pins the connection: one snapshot while in use
+                held = self.stores[path] = (store, version)
             try:
-                return read(store, *args, **kwargs)
+                return read(held[0], *args, **kwargs)
             finally:
                 if path in self.timers:
                     self.timers.pop(path).cancel()
-                timer = self.timers[path] = threading.Timer(IDLE_SECONDS, self.close, [path])
-                timer.daemon = True
-                timer.start()
+                if idle is not None:
+                    timer = self.timers[path] = threading.Timer(idle, self.close, [path])
+                    timer.daemon = True
+                    timer.start()
+
+    def _drop(self, path: str) -> None:
+        held = self.stores.pop(path, None)
+        timer = self.timers.pop(path, None)
+        if timer is not None:
+            timer.cancel()
+        if held is not None:
+            held[0].close()
 
     def close(self, path: str) -> None:
         with self.lock:
-            store = self.stores.pop(path, None)
-            timer = self.timers.pop(path, None)
-            if timer is not None:
-                timer.cancel()
-            if store is not None:
-                store.close()
+            self._drop(path)
 
     def close_all(self) -> None:
         for path in list(self.stores):
@@ -129,23 +160,17 @@ _held = _Held()
 atexit.register(_held.close_all)  # a connection left to the interpreter's teardown makes DuckDB complain
 
 
-def _call(path: str, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if CONNECTION == "held":
-        return _held.call(path, read, args, kwargs)
-    if CONNECTION == "cached":
-        store, lock = _shared_store(path)
-        with lock:
-            return read(store, *args, **kwargs)
-    with Store(path, read_only=True) as store:
-        return read(store, *args, **kwargs)
+def _call(version: FileVersion, read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if CONNECTION == "per-query":
+        with Store(version[0], read_only=True, lock_wait=LOCK_WAIT) as store, store.reading():
+            return read(store, *args, **kwargs)  # one connection (one view) for all the read's queries
+    return _held.call(version, read, args, kwargs, None if CONNECTION == "cached" else IDLE_SECONDS)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cached(
-    version: tuple[str, int, int, int, int], name: str, _read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def _cached(version: FileVersion, name: str, _read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     # `name` keys the cache; `_read` (not hashed: a leading underscore) is the function itself.
-    return _call(version[0], _read, args, kwargs)
+    return _call(version, _read, args, kwargs)
 
 
 def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -155,28 +180,30 @@ def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     renamed read breaks at import and under mypy, not while a page is drawn.
     """
     name = f"{read.__module__}.{read.__qualname__}"
-    return _cached(file_version(db_path()), name, read, args, kwargs)  # type: ignore[no-any-return]
+    return _cached(file_version(db_path()), name, read, args, kwargs)
 
 
-def version() -> tuple[str, int, int, int, int]:
+def version() -> FileVersion:
     return file_version(db_path())
 
 
 # -- the frame of every page ------------------------------------------------------------------
 def data_banner() -> dict[str, Any]:
-    """Say which data is on screen (and stop with the reason when it cannot be read)."""
+    """Say which data is on screen and, while a sweep writes it, how far the sweep got (and
+    follow it); stop with the reason when the file cannot be read."""
     path = db_path()
+    # First, and always: a page that stops below (no outcomes yet) still notices a sweep that
+    # starts writing later. On a file no one writes, it is a stat every REFRESH_SECONDS.
+    _follow(version())
+    writers = live.writers(path)
     try:
         overview = query(queries.overview)
-    except Exception as exc:  # StoreError (no such file, not DuckDB), or DuckDB's lock while a sweep writes
+    except StoreLocked as exc:  # a process outside the harness holds the file open for writing
+        st.error(f"Cannot read {path}: {exc}")
+        st.stop()
+    except Exception as exc:  # StoreError (no such file, not DuckDB)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "lock" in first.lower():
-            st.error(
-                f"Cannot read {path}: another process holds DuckDB's write lock on it. "
-                "If a sweep is writing to it, wait until it ends, or open a copy of the file."
-            )
-        else:
-            st.error(f"Cannot read {path}: {first}")
+        st.error(f"Cannot read {path}: {first}")
         st.stop()
     shown = _display(path)
     what = f"**{shown}** — {DEFAULT_DESCRIPTION}" if path.resolve() == DEFAULT_DB.resolve() else f"**{shown}**"
@@ -189,10 +216,42 @@ def data_banner() -> dict[str, Any]:
         f"Data: {what} · {overview['outcomes']:,} outcomes · {overview['runs']} run(s) · {overview['cells']} cell(s) · "
         f"{overview['scenarios']} scenario(s) · {hosts}{span} · {overview['transitions']:,} stored transition(s)"
     )
+    for writer in writers:
+        _progress(writer)
     if overview["outcomes"] == 0:
         st.info(f"{shown} holds no outcomes yet: run `harness sweep --db {shown}`.")
         st.stop()
     return dict(overview)
+
+
+@st.fragment(run_every=REFRESH_SECONDS)
+def _follow(seen: FileVersion) -> None:
+    """Rerun the whole page when the file or its journals changed (a sweep wrote an outcome, a
+    merge or `attribute` swapped the file in): a fragment, so between two checks nothing is redrawn."""
+    if version() != seen:
+        st.rerun()
+
+
+def _progress(writer: live.Writer) -> None:
+    """One line per sweep writing to the file: done, running, left (or: stopped, rerun to resume)."""
+    if not writer.run_id or not (writer.alive or writer.stopped):
+        return
+    done = query(queries.outcome_count, writer.run_id)
+    who = f"run `{writer.run_id}`, PID {writer.pid} on {writer.host}"
+    if writer.alive:
+        now = "; ".join(f"`{c}` · `{s}`" + (f" (repeat {r})" if r else "") for c, s, r, _ in writer.running[:3])
+        more = f" and {len(writer.running) - 3} more" if len(writer.running) > 3 else ""
+        st.info(
+            f"**Live:** a sweep is writing to this file ({who}): **{done:,} done · {len(writer.running)} running · "
+            f"{writer.left:,} left**" + (f"; running now: {now}{more}" if now else "") + ". This page follows it as outcomes arrive.",
+            icon=":material/sync:",
+        )
+    else:
+        st.warning(
+            f"A sweep that wrote to this file stopped before it finished ({who}, last heard {writer.updated_at} UTC): "
+            f"{done:,} done, {writer.left + len(writer.running):,} left. Run the same `harness sweep` again to resume it.",
+            icon=":material/pause_circle:",
+        )
 
 
 def _display(path: Path) -> str:

@@ -39,3 +39,7 @@ class StoreError(BadInput):
 
 class RunFailed(HarnessError):
     """The harness itself could not complete (not a scenario failing: that is an outcome)."""
+
+
+class StoreLocked(StoreError):
+    """Another process kept DuckDB's lock on the results file for longer than the harness waits."""

@@ -50,15 +50,58 @@ def _frames(record: dict[str, Any]) -> list[Frame]:
 #: The metric `_kit.reached()` records when a scenario confirms its declared setup.
 SETUP_REACHED = "setup_reached"
 
+#: Device memory exhausted, in the words of the errors that are not torch.OutOfMemoryError (which
+#: the child already calls `oom`): older torch's RuntimeError, cuBLAS, a raw CUDA error from a
+#: library's own kernels (bitsandbytes), torch.AcceleratorError.
+OOM_WORDS = (
+    "cuda out of memory",
+    "cuda error: out of memory",
+    "cublas_status_alloc_failed",
+    "cudaerrormemoryallocation",
+    "hip out of memory",
+)
+#: The scenario's process saw no GPU at all: the driver or the device is gone, or
+#: CUDA_VISIBLE_DEVICES names none. Not "invalid device ordinal": a device map pointing at a
+#: GPU that does not exist is a bug a library can have.
+NO_GPU_WORDS = (
+    "no cuda gpus are available",
+    "no cuda-capable device is detected",
+    "found no nvidia driver on your system",
+    "cuda driver initialization failed",
+    "cudaerrornodevice",
+    "cuda_error_no_device",
+)
 
-def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LIBRARIES, setup: str = "") -> Interpretation:
+
+def interpret(raw: RawRun, timeout: float, libraries: Iterable[str] = DEFAULT_LIBRARIES, setup: str = "", gpus: int = 0) -> Interpretation:
     """The outcome of one scenario process. `setup`: the state the scenario declared it must reach
-    (`SETUP`); a pass that never confirmed it is `inconclusive`, not a pass."""
-    meaning = _interpret(raw, timeout, tuple(libraries))
+    (`SETUP`); a pass that never confirmed it is `inconclusive`, not a pass. `gpus`: how many GPUs
+    the scenario declared it needs (the harness saw them when it started the scenario)."""
+    meaning = _gpu_faults(_interpret(raw, timeout, tuple(libraries)), gpus)
     if setup and meaning.status == Status.PASS and raw.metrics.get(SETUP_REACHED) is not True:
         return Interpretation(
             Status.INCONCLUSIVE, f"never confirmed its setup ({setup}); a scenario that declares SETUP must call _kit.reached()", None
         )
+    return meaning
+
+
+def _gpu_faults(meaning: Interpretation, gpus: int) -> Interpretation:
+    """An error that is really the GPU's: out of memory (`oom`, still a failure), or, for a
+    scenario that needs a GPU, no GPU at all (`not_applicable`: the runner lost the device the
+    harness counted when it started the scenario, which says nothing about the versions under
+    test, as a GPU scenario on a machine without one says nothing). A scenario that needs no
+    GPU and meets this error has found a bug (a library that insists on CUDA): it stays `error`."""
+    if meaning.status != Status.ERROR:
+        return meaning
+    words = meaning.message.lower()
+    if any(w in words for w in OOM_WORDS):
+        return Interpretation(Status.OOM, meaning.message, meaning.signature, meaning.exception_type, meaning.traceback)
+    if gpus and any(w in words for w in NO_GPU_WORDS):
+        reason = (
+            f"needs {gpus} GPU(s), but its process saw none ({meaning.message.splitlines()[0][:300]}): the GPU vanished or "
+            "CUDA_VISIBLE_DEVICES names none; check nvidia-smi on the runner, then rerun with --fresh to compute it again"
+        )
+        return Interpretation(Status.NOT_APPLICABLE, reason, None, meaning.exception_type, meaning.traceback)
     return meaning
 
 

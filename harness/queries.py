@@ -104,6 +104,11 @@ def cell_outcomes(store: Store, cell_id: str, runs: Sequence[str] = ()) -> list[
     return _decode(store.fetch(sql + " ORDER BY o.scenario, o.started_at, o.run_id, o.repeat", params), ["metrics"])
 
 
+def outcome_count(store: Store, run_id: str) -> int:
+    """Outcomes stored for one run (a live sweep's "done")."""
+    return int(store.fetch("SELECT count(*) AS n FROM outcomes WHERE run_id = ?", [run_id])[0]["n"])
+
+
 def row_count(store: Store, table: str = "outcomes") -> int:
     """Rows in one of the tables outcomes, cells, runs."""
     if table not in ("outcomes", "cells", "runs"):

@@ -33,8 +33,11 @@ axes: dict[str, Any] = next((c for c in cells if c["cell_id"] == cell_id), {})
 versions = {a: axes.get(a) or (axes.get("versions") or {}).get(a, "") for a in logic.axis_order((axes.get("versions") or {}).keys())}
 versions = versions or {a: axes.get(a, "") for a in logic.AXIS_ORDER if axes.get(a)}
 
-for column, (axis, value) in zip(st.columns(len(versions)), versions.items()):
-    column.metric(axis, value or "—")
+if versions:
+    for column, (axis, value) in zip(st.columns(len(versions)), versions.items()):
+        column.metric(axis, value or "—")
+else:  # outcomes stored before (or without) the cell's env record: a live sweep, a partial merge
+    st.caption("No environment record for this cell yet: its versions show once the sweep records its env.")
 if st.button("Compare with the nearest cell", key="compare_from_cell", help="the cell that differs in the fewest axes"):
     st.switch_page(common.PAGES["compare"], query_params={"a": cell_id, "b": logic.nearest_cell(cell_id, cells)})
 

@@ -20,7 +20,7 @@ by_gpu = st.sidebar.toggle("one row per cell and GPU", key="by_gpu", help="keep 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _matrix(
-    version: tuple[str, int, int, int, int], chosen: dict[str, list[str]], by_gpu: bool
+    version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool
 ) -> tuple[logic.Matrix, pd.DataFrame, list[str], list[str]]:
     counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
     cells = common.query(queries.cell_summaries, chosen)

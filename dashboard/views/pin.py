@@ -17,7 +17,7 @@ axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "pl
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _pass_rates(version: tuple[str, int, int, int, int]) -> pd.DataFrame:
+def _pass_rates(version: common.FileVersion) -> pd.DataFrame:
     matrix = logic.build_matrix(common.query(queries.matrix_counts), common.query(queries.cell_summaries))
     rows = []
     for scenario in matrix.scenarios:

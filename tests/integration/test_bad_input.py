@@ -99,7 +99,7 @@ def test_unwritable_database_folder(tmp_path: Path) -> None:
     scenario = tmp_path / "ok.py"
     scenario.write_text("print('ok')\n")
     proc = run_cli("sweep", "--matrix", str(_good_matrix(tmp_path)), "--db", str(locked / "x.duckdb"), "--scenario", str(scenario))
-    _assert_clean_failure(proc.stderr, proc.returncode, ["not writable"])
+    _assert_clean_failure(proc.stderr, proc.returncode, ["is read-only", "writable folder"])
 
 
 def test_unknown_cell_id(tmp_path: Path) -> None:

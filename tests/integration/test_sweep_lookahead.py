@@ -31,6 +31,7 @@ class Recorder:
         self._add("started", cell)
 
     def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def scenario_started(self, cell: Cell, scenario: str, repeat: int) -> None: ...
     def outcome(self, outcome: Outcome, cell: Cell) -> None:
         self._add("outcome", cell)
 

@@ -186,7 +186,8 @@ def test_a_missing_file_is_one_error_naming_the_fix(tmp_path: Path, monkeypatch:
 
 def test_a_file_held_by_a_writer_is_an_error_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = build_store(tmp_path / "busy.duckdb")
-    # A sweep in another process holds DuckDB's write lock on the file while it runs.
+    monkeypatch.setattr(common, "LOCK_WAIT", 0.5)
+    # A process outside the harness keeps DuckDB's write lock on the file (harness writers hold it for moments).
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE,
@@ -197,7 +198,9 @@ def test_a_file_held_by_a_writer_is_an_error_not_a_crash(tmp_path: Path, monkeyp
         monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
         at = AppTest.from_file(APP, default_timeout=60).run()
         assert not at.exception
-        assert "holds DuckDB's write lock on it. If a sweep is writing to it, wait until it ends" in at.error[0].value
+        message = at.error[0].value
+        assert "stayed locked by" in message and f"(PID {holder.pid})" in message, message
+        assert "close that connection or open it with duckdb.connect(..., read_only=True)" in message
     finally:
         holder.kill()
         holder.wait()
@@ -215,12 +218,95 @@ def test_the_dashboard_lets_go_of_the_file_when_idle(tmp_path: Path, monkeypatch
     assert not at.exception and str(path.resolve()) in common._held.stores  # held while in use
     time.sleep(1.0)
     assert str(path.resolve()) not in common._held.stores
-    # ... so a sweep can open it for writing now
+    # ... so that even a process outside the harness can open it for writing now (harness sweeps never needed it free)
     writer = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r}).close()"], capture_output=True, text=True)
     assert writer.returncode == 0, writer.stderr
 
 
 # -- matrix --------------------------------------------------------------------------------------
+LIVE_WRITER = """
+import sys, time
+from harness import store
+from harness.store import Store
+from harness.outcome import Outcome, Status
+store.FOLD_SECONDS = 3600.0  # nothing folded until the end: the dashboard reads the journal
+s = Store(sys.argv[1])
+s.ensure_run("r-live", "matrix.toml", "", {}, "0.1.0", {"hostname": "ci", "platform": "linux-x86_64", "gpu": "cpu", "gpus": []})
+for i in range(3):
+    s.add_outcome(Outcome("r-live", "cell-live", f"scenario{i}", 0, Status.PASS, started_at="2026-11-04T10:00:00"))
+s.report(queued=5, computed=3, running=[["cell-live", "scenario3", 0, "2026-11-04T10:00:01"]], state="running")
+print("ready", flush=True)
+for line in sys.stdin:  # one more outcome per line, then the end: fold and go
+    if line.strip() == "more":
+        s.add_outcome(Outcome("r-live", "cell-live", "scenario3", 0, Status.PASS, started_at="2026-11-04T10:00:02"))
+        s.report(queued=5, computed=4, running=[], state="running")
+        print("added", flush=True)
+    else:
+        s.close()
+        print("closed", flush=True)
+        time.sleep(60)
+"""
+
+
+def test_a_live_sweep_shows_on_every_page_with_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    path = build_store(tmp_path / "live.duckdb")
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
+    st.cache_data.clear()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", LIVE_WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception
+        assert "22 outcomes" in at.caption[0].value  # 19 in the file, 3 only in the sweep's journal
+        live = at.info[0].value
+        assert "**Live:** a sweep is writing to this file (run `r-live`" in live and "3 done · 1 running · 1 left" in live
+        assert "`cell-live` · `scenario3`" in live
+        for page in ("failures", "cell", "compare", "pin"):  # every page, not only the matrix
+            at.switch_page(f"views/{page}.py").run()
+            assert not at.exception and any("**Live:**" in info.value for info in at.info), page
+        at.switch_page("views/matrix.py").run()
+        writer.stdin.write("more\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "added"
+        at.run()  # what the page's refresher does when the file changed: no restart, no cache to clear
+        assert "23 outcomes" in at.caption[0].value and "4 done · 0 running · 1 left" in at.info[0].value
+        # The dashboard's connection stands in no one's way: the sweep folds everything and ends.
+        writer.stdin.write("end\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "closed"
+        at.run()
+        assert "23 outcomes" in at.caption[0].value and not any("**Live:**" in info.value for info in at.info)
+        assert not (tmp_path / "live.duckdb.journal").exists()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_sweep_that_stopped_says_rerun_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    path = build_store(tmp_path / "stopped.duckdb")
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
+    st.cache_data.clear()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", LIVE_WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    writer.kill()  # kill -9: no fold, no goodbye
+    writer.wait()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception and "22 outcomes" in at.caption[0].value  # its outcomes are not lost
+    warning = at.warning[0].value
+    assert "stopped before it finished (run `r-live`" in warning and "3 done, 2 left" in warning and "again to resume" in warning
+
+
 def test_matrix_is_cells_by_scenarios_with_folded_statuses(app: AppTest) -> None:
     run(app)
     grid = app.dataframe[0].value

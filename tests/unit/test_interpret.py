@@ -283,3 +283,41 @@ def test_real_segfault_blames_the_crashing_thread_not_a_background_thread(tmp_pa
     verdict = interpret(run, TIMEOUT)
     assert verdict.signature is not None
     assert verdict.signature.library == "bitsandbytes"
+
+
+def _error(message: str, exception_type: str = "builtins.RuntimeError") -> RawRun:
+    frames = [[SCENARIO, 12, "main"], [SP + "torch/cuda/__init__.py", 372, "_lazy_init"]]
+    return raw({"status": "error", "exception_type": exception_type, "message": message, "frames": frames}, exit_code=1)
+
+
+#: (what the scenario raised, GPUs it declared it needs, the status it gets). GPU faults are data:
+#: an out-of-memory in any words is `oom`; no GPU at all for a scenario that needs one is the
+#: runner's loss, not the versions' (`not_applicable`); for a CPU scenario it is a library's bug.
+GPU_FAULTS = [
+    pytest.param(
+        _error("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 139.81 GiB total capacity)"), 1, Status.OOM, id="old-torch-oom"
+    ),
+    pytest.param(
+        _error("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"), 1, Status.OOM, id="raw-cuda-oom"
+    ),
+    pytest.param(_error("CUDA error: out of memory", "torch.AcceleratorError"), 1, Status.OOM, id="accelerator-error-oom"),
+    pytest.param(_error("CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), 1, Status.OOM, id="cublas-oom"),
+    pytest.param(_error("No CUDA GPUs are available"), 1, Status.NOT_APPLICABLE, id="vanished-gpu"),
+    pytest.param(_error("Found no NVIDIA driver on your system. Please check ..."), 1, Status.NOT_APPLICABLE, id="no-driver"),
+    pytest.param(_error("CUDA error: no CUDA-capable device is detected"), 2, Status.NOT_APPLICABLE, id="no-device"),
+    # a CPU scenario that meets CUDA's absence found a library insisting on CUDA: a bug, kept as an error
+    pytest.param(_error("No CUDA GPUs are available"), 0, Status.ERROR, id="cpu-scenario-needs-cuda"),
+    # a device map naming a GPU that does not exist is a bug a library can have, not a vanished GPU
+    pytest.param(_error("CUDA error: invalid device ordinal"), 2, Status.ERROR, id="invalid-ordinal"),
+    pytest.param(_error("CUDA error: CUDA driver version is insufficient for CUDA runtime version"), 1, Status.ERROR, id="old-driver"),
+]
+
+
+@pytest.mark.parametrize(("run", "gpus", "status"), GPU_FAULTS)
+def test_gpu_faults_are_classified(run: RawRun, gpus: int, status: Status) -> None:
+    meaning = interpret(run, TIMEOUT, gpus=gpus)
+    assert meaning.status == status
+    if status == Status.OOM:
+        assert meaning.signature is not None  # still a failure, in its family
+    if status == Status.NOT_APPLICABLE:
+        assert "saw none" in meaning.message and "nvidia-smi" in meaning.message and meaning.signature is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from harness import queries
@@ -123,7 +122,7 @@ def test_outcomes_view_without_a_cell_record_has_null_axes(db: Path) -> None:
 def test_read_only_store_refuses_writes(db: Path) -> None:
     with Store(db) as store:
         store.add_outcome(outcome())
-    with Store(db, read_only=True) as store, pytest.raises(duckdb.Error):
+    with Store(db, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
         store.add_outcome(outcome(repeat=1))
     with Store(db, read_only=True) as store:
         assert queries.row_count(store, "outcomes") == 1
