@@ -23,7 +23,6 @@ Then `harness attribute` (with the index's releases) stores the answers.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
