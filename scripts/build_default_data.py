@@ -43,6 +43,8 @@ GPU_RUNS = [
     GPU / "h200x2-tp4-one-1.jsonl",
     GPU / "h200x2-tp4-one-2.jsonl",
     *sorted((GPU / "h200x2-tp12").glob("*.jsonl")),
+    *sorted((GPU / "h200x2-tp12-setup").glob("*.jsonl")),
+    GPU / "h200-refine-bnb.jsonl",
 ]
 
 
