@@ -43,7 +43,7 @@ def sweep(matrix: Path, db: Path, extra: list[str]) -> tuple[float, str]:
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"bench_refine: harness sweep exited {proc.returncode}: {proc.stderr[-2000:]}")
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("refinement")), "")
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("refinement:")), "")
     return wall, line
 
 
