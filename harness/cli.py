@@ -243,11 +243,22 @@ def _cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
-    for scenario in select([]):
+    from harness import bundled
+    from harness.scenarios import PACK_PREFIX, available, project_dir
+
+    chosen = select([f"{PACK_PREFIX}{args.pack}"]) if args.pack else select([]) if available() else []
+    for scenario in chosen:
         needs = ", ".join(f"{n}{s}" for n, s in scenario.requires.packages)
         gpus = f", {scenario.requires.gpus} GPU" if scenario.requires.gpus else ""
         first = scenario.doc.splitlines()[0] if scenario.doc else ""
         print(f"{scenario.name}\t{needs}{gpus}\t{first}")
+    if not args.pack:
+        if not chosen:
+            print(f"no scenarios in {project_dir()} (`harness init` writes examples)", file=sys.stderr)
+        for pack in sorted(bundled.PACKS):
+            if bundled.pack_dir(pack).resolve() != project_dir().resolve():
+                count = len(available(bundled.pack_dir(pack)))
+                print(f"{PACK_PREFIX}{pack}\t{count} built-in scenario(s): harness scenarios --pack {pack}")
     return EXIT_OK
 
 
@@ -318,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the matrix's cells (one id per line)")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print each cell's versions")
-    sub.add_parser("scenarios", help="list the scenarios in scenarios/ with what they require")
+    p = sub.add_parser("scenarios", help="list the scenarios in scenarios/ (of the current directory) with what they require")
+    p.add_argument("--pack", default="", help="list a built-in pack instead, e.g. forum (use it as --scenario pack:forum)")
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
@@ -546,15 +558,19 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     import os
     import subprocess
 
+    from harness import bundled
     from harness.errors import BadInput
 
-    db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else Path("results/default.duckdb"))
+    db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else bundled.sample_db())
+    if db is None:
+        raise BadInput(f"no results file: {str(DEFAULT_DB)!r} does not exist here; run `harness sweep` first or pass --db FILE")
     _existing_duckdb(db)
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-    if not app.is_file():
-        raise BadInput(f"no dashboard at {app}: run the dashboard from a checkout of the harness (pip install -e '.[dev]')")
+    app = bundled.dashboard_app()
     if importlib.util.find_spec("streamlit") is None:
-        raise BadInput("streamlit is not installed; install the dev extras: pip install -e '.[dev]'")
+        raise BadInput(
+            "streamlit is not installed; add the dashboard extra: uv tool install --force 'compat-harness[dashboard]' "
+            "(pipx: pipx inject compat-harness streamlit; a checkout: pip install -e '.[dev]')"
+        )
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port), "--server.address", args.address]
     command += ["--server.headless", "true" if args.headless else "false", "--browser.gatherUsageStats", "false", "--", "--db", str(db)]
     console.print(f"dashboard over {db} (read-only) at http://{args.address}:{args.port}  (Ctrl+C stops it)")
