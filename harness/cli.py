@@ -372,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
     _add_refine(sub)
     _add_dashboard(sub)
+    _add_init(sub)
     return parser
 
 
@@ -656,6 +657,25 @@ def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_init(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help="scaffold a project of your own: matrix.toml, scenarios/ with two examples, a CI workflow, a README",
+        description="Writes a commented matrix.toml for the torch/transformers/accelerate/peft stack, scenarios/ with a "
+        "plain-script example and one that uses the scenario kit, .github/workflows/compat.yml (on demand and nightly: "
+        "a sharded sweep, a merge, `harness watch`, the results and the report uploaded), a README and a .gitignore. "
+        "Overwrites nothing: if one of the files exists, nothing is written. See docs/tool.md.",
+    )
+    p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the project folder (default: the current one; created if missing)")
+
+
+def _cmd_init(args: argparse.Namespace, console: Console) -> int:
+    from harness.scaffold import init_project, next_steps
+
+    print("\n".join(next_steps(init_project(args.dir))))
+    return EXIT_OK
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -670,6 +690,7 @@ COMMANDS = {
     "refine": _cmd_refine,
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,
+    "init": _cmd_init,
 }
 
 
