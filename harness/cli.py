@@ -373,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_refine(sub)
     _add_dashboard(sub)
     _add_init(sub)
+    _add_watch(sub)
     return parser
 
 
@@ -676,6 +677,58 @@ def _cmd_init(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="test the releases newer than the results file holds against the last known-good set; exit 1 names a regression",
+        description="Asks the index which releases of each axis are newer than the results file holds, builds the known-good "
+        "set with one axis moved to its newest release (an ordinary sweep into the same file), refines what breaks down to the "
+        "exact release, and reports: exit 0 nothing new broke, 1 a regression (scenario, signature, the exact release and "
+        "the one before it, on this machine), 2 bad input. See docs/tool.md.",
+    )
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for the axes and the index settings (default: matrix.toml)")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument(
+        "--exclude-newer",
+        default="",
+        help="stand-in for now: only releases uploaded before this date (e.g. 2026-11-20), and the new cells resolved as of it "
+        "(default: the matrix's exclude_newer, else now)",
+    )
+    p.add_argument("--axis", action="append", default=[], help="watch only this axis (repeatable; default: every axis with releases)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="the report on stdout (default: text)")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the markdown report here (a CI summary, an issue body)")
+    p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--dry-run", action="store_true", help="say what is new and which cells would be built; build nothing")
+    p.add_argument(
+        "--no-refine", action="store_true", help="leave a failing release's range as a range (default: build the releases between)"
+    )
+    p.add_argument("--refine-limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's)")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI); progress goes to stderr either way")
+
+
+def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
+    from harness.watching import WatchOptions, print_round, watch
+
+    log = Console(stderr=True, width=console.width)
+    options = WatchOptions(args.matrix, args.db, args.exclude_newer, args.axis, args.scenario, args.env_root)
+    options.refine, options.refine_limit, options.dry_run = not args.no_refine, args.refine_limit, args.dry_run
+    progress = None if args.no_progress else ProgressReporter(log)
+    report = watch(options, progress, print_round(lambda line: log.print(line, highlight=False)))
+    for path, text in ((args.markdown, report.markdown()), (args.json, report.json() + "\n")):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if args.format == "markdown":
+        print(report.markdown(), end="")
+    elif args.format == "json":
+        print(report.json())
+    else:
+        print("\n".join(report.text()))
+    return report.exit_status
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -691,6 +744,7 @@ COMMANDS = {
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,
     "init": _cmd_init,
+    "watch": _cmd_watch,
 }
 
 
