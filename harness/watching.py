@@ -137,6 +137,8 @@ def watch(
         notes += [f"not run in the new cells (file not found): {s}" for s in ran if s not in scenarios]
         run_id = analysis.WATCH_RUN_PREFIX + _digest(prefix, list(scenarios.values()))
         records = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+        if good.cell_id not in records:
+            raise BadInput(f"{str(options.db)!r} has outcomes of cell {good.cell_id} but no record of its env; merge the file it came from")
         base = records[good.cell_id]
         cells = {t.axis: base.with_candidate(Candidate(t.axis, "version", t.release)) for t in targets}
         refined = ""
