@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -139,29 +140,9 @@ def test_the_dashboard_served_by_the_tool_opens_in_chromium(tool: Tool, project:
         if not CHROMIUM.exists():
             pytest.skip(f"{CHROMIUM} is missing: install it with dashboard/install_browser.sh (as root); the server answered")
         sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: pip install -e '.[dev]'")
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                page.set_default_timeout(45_000)
-                page.goto(url)
-                page.get_by_role("heading", name="Matrix", level=1).wait_for()
-                page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]')
-                banner = page.get_by_text(re.compile(r"^Data: ")).first.inner_text()
-                assert "results/compat.duckdb" in banner and "2 outcomes" in banner and "1 cell(s)" in banner
-                assert not page.locator('[data-testid="stException"]').count()
-                page.goto(f"{url}/cell?cell={CELL}")
-                page.get_by_role("heading", name="Cell", level=1).wait_for()
-                # the cell's outcomes grid is a canvas; its accessible mirror holds each scenario's name
-                page.wait_for_function(
-                    "() => ['example_lora_merge', 'example_train_step'].every(name =>"
-                    " [...document.querySelectorAll('[role=gridcell]')].some(cell => cell.textContent === name))"
-                )
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(SCREENSHOTS / "tool-dashboard-cell.png"), full_page=True)
-                assert not page.locator('[data-testid="stException"]').count()
-            finally:
-                browser.close()
+        # In a thread of its own: the browser tests' session may hold a Playwright (and its event loop) in this one.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(_open_in_chromium, sync_api, url).result()
     finally:
         server.terminate()
         try:
@@ -169,6 +150,33 @@ def test_the_dashboard_served_by_the_tool_opens_in_chromium(tool: Tool, project:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _open_in_chromium(sync_api: Any, url: str) -> None:
+    """The Matrix page names the project's results file and its outcomes; the Cell page lists both examples."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(45_000)
+            page.goto(url)
+            page.get_by_role("heading", name="Matrix", level=1).wait_for()
+            page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]')
+            banner = page.get_by_text(re.compile(r"^Data: ")).first.inner_text()
+            assert "results/compat.duckdb" in banner and "2 outcomes" in banner and "1 cell(s)" in banner
+            assert not page.locator('[data-testid="stException"]').count()
+            page.goto(f"{url}/cell?cell={CELL}")
+            page.get_by_role("heading", name="Cell", level=1).wait_for()
+            # the cell's outcomes grid is a canvas; its accessible mirror holds each scenario's name
+            page.wait_for_function(
+                "() => ['example_lora_merge', 'example_train_step'].every(name =>"
+                " [...document.querySelectorAll('[role=gridcell]')].some(cell => cell.textContent === name))"
+            )
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "tool-dashboard-cell.png"), full_page=True)
+            assert not page.locator('[data-testid="stException"]').count()
+        finally:
+            browser.close()
 
 
 # -- the workflow `init` wrote, run locally -----------------------------------------------------------
