@@ -111,14 +111,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Time building one cell's env with a warm cache: harness build_env (fresh and rebuild) vs venv+pip vs bare uv.",
     )
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed repeats of venv + pip, after one untimed warm-up (default: 3)")
-    parser.add_argument("--fast-repeats", type=int, default=10,
-                        help="timed repeats of the harness and of bare uv, after one untimed warm-up each "
-                             "(default: 10; raised to --repeats if lower)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats of venv + pip, after one untimed warm-up (default: 3)")
+    parser.add_argument(
+        "--fast-repeats",
+        type=int,
+        default=10,
+        help="timed repeats of the harness and of bare uv, after one untimed warm-up each (default: 10; raised to --repeats if lower)",
+    )
     parser.add_argument("--python", default="3.11", help="Python version of the cell (default: 3.11)")
-    parser.add_argument("--find-links", default=DEFAULT_FIND_LINKS,
-                        help=f"folder with the torch CPU wheel (default: {DEFAULT_FIND_LINKS})")
+    parser.add_argument("--find-links", default=DEFAULT_FIND_LINKS, help=f"folder with the torch CPU wheel (default: {DEFAULT_FIND_LINKS})")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the envs are built (default: a new temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (default: removed at the end)")
     args = parser.parse_args(argv)
@@ -168,8 +169,22 @@ def check_torch_source_pip(python: str, find_links: str, scratch: Path) -> str:
     venv = scratch / "pip-dry-run"
     run([python, "-m", "venv", str(venv)], "python -m venv (dry run)")
     report = scratch / "pip-report.json"
-    run([str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
-         "--find-links", find_links, *requirements()], "pip install --dry-run")
+    run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            str(report),
+            "--find-links",
+            find_links,
+            *requirements(),
+        ],
+        "pip install --dry-run",
+    )
     shutil.rmtree(venv)
     for item in json.loads(report.read_text())["install"]:
         if item["metadata"]["name"].lower() == "torch":
@@ -182,9 +197,13 @@ def check_torch_source_pip(python: str, find_links: str, scratch: Path) -> str:
 
 def check_torch_source_uv(uv: str, python: str, find_links: str) -> str:
     """uv's resolution of the same pins: torch must be the local +cpu build."""
-    proc = subprocess.run([uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet",
-                           "--find-links", find_links], input="\n".join(requirements()) + "\n",
-                          capture_output=True, text=True, env=tool_env())
+    proc = subprocess.run(
+        [uv, "pip", "compile", "-", "--python", python, "--no-header", "--no-annotate", "--quiet", "--find-links", find_links],
+        input="\n".join(requirements()) + "\n",
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+    )
     if proc.returncode != 0:
         raise BenchError(f"uv pip compile failed: {proc.stderr.strip()}")
     torch = next((line for line in proc.stdout.splitlines() if line.startswith("torch==")), "")
@@ -205,8 +224,9 @@ def expect_cpu_torch(location: Path, method: str) -> None:
 
 
 # -- the three methods --------------------------------------------------------------------------
-def harness_build(cell: Cell, settings: Settings, root: Path, find_links: str, *, expect_reused: bool,
-                  phases: dict[str, float] | None = None) -> float:
+def harness_build(
+    cell: Cell, settings: Settings, root: Path, find_links: str, *, expect_reused: bool, phases: dict[str, float] | None = None
+) -> float:
     timer = PhaseTimer()
     with mock.patch.object(harness_envs, "_create_venv", timer.create_venv), mock.patch.object(harness_envs, "_run", timer.run):
         started = time.perf_counter()
@@ -229,8 +249,20 @@ def pip_build(base_python: str, target: Path, find_links: str) -> tuple[float, f
     started = time.perf_counter()
     run([base_python, "-m", "venv", str(target)], "python -m venv")
     venv_done = time.perf_counter()
-    run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--find-links", find_links, *requirements()], "pip install")
+    run(
+        [
+            str(target / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--find-links",
+            find_links,
+            *requirements(),
+        ],
+        "pip install",
+    )
     finished = time.perf_counter()
     expect_cpu_torch(target, "pip")
     return finished - started, venv_done - started
@@ -241,8 +273,10 @@ def uv_build(uv: str, python: str, target: Path, find_links: str) -> tuple[float
     started = time.perf_counter()
     run([uv, "venv", "--quiet", "--python", python, str(target)], "uv venv")
     venv_done = time.perf_counter()
-    run([uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), "--find-links", find_links,
-         *requirements()], "uv pip install")
+    run(
+        [uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), "--find-links", find_links, *requirements()],
+        "uv pip install",
+    )
     finished = time.perf_counter()
     expect_cpu_torch(target, "bare uv")
     return finished - started, venv_done - started
@@ -331,8 +365,10 @@ def report(args: argparse.Namespace, series: dict[str, Series], facts: dict[str,
     print(f"cell: python {args.python}, " + ", ".join(f"{k}=={v}" for k, v in PINS.items()) + f", --find-links {args.find_links}")
     for key, value in facts.items():
         print(f"  {key}: {value}")
-    print(f"timed repeats: harness and bare uv {args.fast_repeats} each (back to back), venv + pip {args.repeats} "
-          "(after one untimed warm-up each); medians over the repeats")
+    print(
+        f"timed repeats: harness and bare uv {args.fast_repeats} each (back to back), venv + pip {args.repeats} "
+        "(after one untimed warm-up each); medians over the repeats"
+    )
     print()
     print(f"{'method':<34}{'median':>12}{'min':>12}{'max':>12}   of which venv creation (median)")
     for s in series.values():
@@ -340,8 +376,10 @@ def report(args: argparse.Namespace, series: dict[str, Series], facts: dict[str,
         print(f"{s.name:<34}{fmt_seconds(s.median):>12}{fmt_seconds(min(s.seconds)):>12}{fmt_seconds(max(s.seconds)):>12}   {venv}")
     fresh_phases = series[HARNESS_FRESH].phases
     names = list(dict.fromkeys(name for p in fresh_phases for name in p))
-    print("  harness (fresh) by step, median: "
-          + ", ".join(f"{name} {fmt_seconds(statistics.median(p.get(name, 0.0) for p in fresh_phases))}" for name in names))
+    print(
+        "  harness (fresh) by step, median: "
+        + ", ".join(f"{name} {fmt_seconds(statistics.median(p.get(name, 0.0) for p in fresh_phases))}" for name in names)
+    )
     print()
     fresh, rebuild = series[HARNESS_FRESH].median, series[HARNESS_REBUILD].median
     pip, uv = series[PIP].median, series[BARE_UV].median

@@ -136,20 +136,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Time a real 6-cell CPU sweep with isolation = fork vs process (envs prebuilt), side by side.",
     )
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="timed sweeps per mode (default: 1; with the 21 scenarios of scenarios/, 11 of them run on CPU, one fork + "
-                             "process pair took 28 minutes on a busy 2-core machine: see docs/benchmarks.md)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="timed sweeps per mode (default: 1; with the 21 scenarios of scenarios/, 11 of them run on CPU, one fork + "
+        "process pair took 28 minutes on a busy 2-core machine: see docs/benchmarks.md)",
+    )
     parser.add_argument("--python", default="3.11", help="Python version of the cells (default: 3.11)")
-    parser.add_argument("--find-links", default=DEFAULT_FIND_LINKS,
-                        help=f"folder with the torch CPU wheel (default: {DEFAULT_FIND_LINKS})")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where matrices, DuckDB files and (by default) envs go (default: a new temporary folder)")
-    parser.add_argument("--env-root", type=Path, default=None,
-                        help="env root shared by all sweeps (default: WORK_DIR/envs, built fresh by the prebuild step)")
-    parser.add_argument("--scenario", action="append", default=[],
-                        help="run only this scenario of scenarios/ (repeatable; default: all of them, as `harness sweep` does)")
-    parser.add_argument("--write-bytecode", action="store_true",
-                        help="unset PYTHONDONTWRITEBYTECODE for the sweeps, so imports after the warm-up use cached bytecode")
+    parser.add_argument("--find-links", default=DEFAULT_FIND_LINKS, help=f"folder with the torch CPU wheel (default: {DEFAULT_FIND_LINKS})")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where matrices, DuckDB files and (by default) envs go (default: a new temporary folder)",
+    )
+    parser.add_argument(
+        "--env-root",
+        type=Path,
+        default=None,
+        help="env root shared by all sweeps (default: WORK_DIR/envs, built fresh by the prebuild step)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        help="run only this scenario of scenarios/ (repeatable; default: all of them, as `harness sweep` does)",
+    )
+    parser.add_argument(
+        "--write-bytecode",
+        action="store_true",
+        help="unset PYTHONDONTWRITEBYTECODE for the sweeps, so imports after the warm-up use cached bytecode",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (default: removed at the end)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -194,8 +212,21 @@ def snapshot_scenarios(work: Path, names: list[str]) -> list[Path]:
 
 def run_sweep(matrix: Path, db: Path, run_id: str, env_root: Path, env: dict[str, str], scenarios: list[Path]) -> float:
     """One `harness sweep` CLI process; returns its wall seconds."""
-    cmd = [sys.executable, "-m", "harness", "sweep", "--matrix", str(matrix), "--db", str(db), "--no-progress",
-           "--run-id", run_id, "--env-root", str(env_root)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--matrix",
+        str(matrix),
+        "--db",
+        str(db),
+        "--no-progress",
+        "--run-id",
+        run_id,
+        "--env-root",
+        str(env_root),
+    ]
     for scenario in scenarios:
         cmd += ["--scenario", str(scenario)]
     started = time.perf_counter()
@@ -217,11 +248,18 @@ def _body_seconds(metrics_json: str | None) -> float | None:
 def read_results(db: Path, run_id: str) -> tuple[list[CellRow], list[OutcomeRow]]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        cells = [CellRow(r[0], r[1], float(r[2] or 0.0), bool(r[3])) for r in con.execute(
-            "SELECT cell_id, env_status, env_seconds, env_reused FROM cells WHERE run_id = ? ORDER BY cell_id", [run_id]).fetchall()]
-        outcomes = [OutcomeRow(r[0], r[1], r[2], float(r[3] or 0.0), _body_seconds(r[4])) for r in con.execute(
-            "SELECT cell_id, scenario, status, seconds, metrics FROM outcomes WHERE run_id = ? ORDER BY cell_id, scenario",
-            [run_id]).fetchall()]
+        cells = [
+            CellRow(r[0], r[1], float(r[2] or 0.0), bool(r[3]))
+            for r in con.execute(
+                "SELECT cell_id, env_status, env_seconds, env_reused FROM cells WHERE run_id = ? ORDER BY cell_id", [run_id]
+            ).fetchall()
+        ]
+        outcomes = [
+            OutcomeRow(r[0], r[1], r[2], float(r[3] or 0.0), _body_seconds(r[4]))
+            for r in con.execute(
+                "SELECT cell_id, scenario, status, seconds, metrics FROM outcomes WHERE run_id = ? ORDER BY cell_id, scenario", [run_id]
+            ).fetchall()
+        ]
     finally:
         con.close()
     return cells, outcomes
@@ -273,24 +311,37 @@ def benchmark(args: argparse.Namespace, work: Path, scenarios: list[Path]) -> tu
     return prebuild, runs
 
 
-def report(args: argparse.Namespace, scenario_paths: list[Path], prebuild: SweepRun, runs: dict[str, list[SweepRun]],
-           started: datetime, wall: float) -> None:
+def report(
+    args: argparse.Namespace,
+    scenario_paths: list[Path],
+    prebuild: SweepRun,
+    runs: dict[str, list[SweepRun]],
+    started: datetime,
+    wall: float,
+) -> None:
     fork, process = runs["fork"], runs["process"]
     scenarios = [p.stem for p in scenario_paths]
     cells = len(prebuild.cells)
     print()
-    print(f"bench_sweep  {started:%Y-%m-%d %H:%M} UTC  host: {platform.node()}, {os.cpu_count()} CPUs, "
-          f"load avg at the end {os.getloadavg()[0]:.2f}")
-    print(f"matrix: {cells} cells (python {args.python}; " + "; ".join(f"{k} {'/'.join(v)}" for k, v in AXES.items())
-          + f"; find_links {args.find_links})")
+    print(
+        f"bench_sweep  {started:%Y-%m-%d %H:%M} UTC  host: {platform.node()}, {os.cpu_count()} CPUs, "
+        f"load avg at the end {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"matrix: {cells} cells (python {args.python}; "
+        + "; ".join(f"{k} {'/'.join(v)}" for k, v in AXES.items())
+        + f"; find_links {args.find_links})"
+    )
     which = "named with --scenario" if args.scenario else "all of scenarios/"
     print(f"scenarios ({which}, copied at the start; {len(scenarios)} per cell, repeats = 1): {', '.join(scenarios)}")
     bytecode = "unset by --write-bytecode" if args.write_bytecode else os.environ.get("PYTHONDONTWRITEBYTECODE", "unset") + " (inherited)"
     print(f"PYTHONDONTWRITEBYTECODE: {bytecode}")
     print(f"timed sweeps per mode: {args.repeats} (order alternating); medians over the repeats")
     print()
-    print(f"env build (prebuild sweep; cells.env_seconds; cold envs, warm uv cache): total {prebuild.env_seconds:.1f} s, "
-          f"prebuild sweep wall {prebuild.wall:.1f} s (with warm-up imports: {statuses(prebuild.outcomes)})")
+    print(
+        f"env build (prebuild sweep; cells.env_seconds; cold envs, warm uv cache): total {prebuild.env_seconds:.1f} s, "
+        f"prebuild sweep wall {prebuild.wall:.1f} s (with warm-up imports: {statuses(prebuild.outcomes)})"
+    )
     for c in prebuild.cells:
         print(f"  {c.cell_id:<56}{c.env_seconds:>8.2f} s  {'reused' if c.env_reused else 'built'}")
     print()
@@ -311,14 +362,18 @@ def report(args: argparse.Namespace, scenario_paths: list[Path], prebuild: Sweep
         print(f"{label:<46}{fmt.format(f):>10}{fmt.format(p):>10}{ratio:>14}")
     f_wall, p_wall = median(fork, lambda r: r.wall), median(process, lambda r: r.wall)
     print()
-    print(f"fork vs process: fork's wall is {f_wall / p_wall:.2f}x process's ({p_wall / f_wall:.2f}x faster, "
-          f"{p_wall - f_wall:.1f} s saved over {cells} cells)")
+    print(
+        f"fork vs process: fork's wall is {f_wall / p_wall:.2f}x process's ({p_wall / f_wall:.2f}x faster, "
+        f"{p_wall - f_wall:.1f} s saved over {cells} cells)"
+    )
     print()
     for mode, mode_runs in runs.items():
         last = mode_runs[-1]
         missing = last.without_body
-        print(f"{mode}: outcomes {len(last.outcomes)} ({statuses(last.outcomes)}); without a 'seconds' metric (0 body s): "
-              f"{len(missing)} ({statuses(missing) or 'none'})")
+        print(
+            f"{mode}: outcomes {len(last.outcomes)} ({statuses(last.outcomes)}); without a 'seconds' metric (0 body s): "
+            f"{len(missing)} ({statuses(missing) or 'none'})"
+        )
         print("  walls per repeat: " + ", ".join(f"{r.wall:.1f} s (load {r.load[0]:.1f} -> {r.load[1]:.1f})" for r in mode_runs))
     print()
     print("per scenario, median over cells and repeats of outcome seconds / body seconds:")

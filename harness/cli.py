@@ -172,9 +172,13 @@ def _print_round(console: Console) -> Callable[[int, Plan], None]:
     def show(number: int, plan: Plan) -> None:
         waiting = f"; {plan.waiting} range(s) wait for another line's answer" if plan.waiting else ""
         console.print(f"refinement round {number}: {len(plan.probes)} probe cell(s){waiting}")
+        # Probes that differ only in the held axes read as one line: what is built, for what, why.
+        groups: dict[tuple[str, str, tuple[str, ...], str], list[Any]] = {}
         for probe in plan.probes:
-            held = ", ".join(f"{a} {v}" for a, v in probe.line.held)
-            console.print(f"  {probe.line.axis} {probe.value} with {held}: {', '.join(probe.scenarios)} ({probe.why})", highlight=False)
+            groups.setdefault((probe.line.axis, probe.value, probe.scenarios, probe.why), []).append(probe)
+        for (axis, value, scenarios, why), probes in groups.items():
+            held = ", ".join(f"{a} {v}" for a, v in probes[0].line.held) if len(probes) == 1 else f"on {len(probes)} lines"
+            console.print(f"  {axis} {value} ({held}): {', '.join(scenarios)}; {why}", highlight=False, overflow="fold")
 
     return show
 

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.pin import choose
-from harness.analysis.rows import axis_sort, installed, machine_of, points, signature_of
+from harness.analysis.rows import axis_sort, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
 
@@ -118,27 +118,28 @@ def _short_signature(signature: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _common(held: Sequence[tuple[tuple[str, str], ...]], constant: set[tuple[str, str]]) -> str:
-    """The held values every line of a group shares, beyond those fixed across the whole run."""
-    shared = set(held[0]).intersection(*map(set, held[1:])) - constant if held else set()
-    return ", ".join(f"{a} {v}" for a, v in sorted(shared, key=lambda av: axis_sort([av[0]])[0]))
+def _context(held: Sequence[tuple[tuple[str, str], ...]]) -> str:
+    """What the lines of one answer hold: each axis's value, or its values where the lines differ.
+
+    "torch 2.13.0+cpu, transformers 5.6.2|5.23.0, bitsandbytes 0.49.2": an answer names every
+    other axis, so nobody reads it as true for versions that were not held.
+    """
+    values: dict[str, set[str]] = defaultdict(set)
+    for line in held:
+        for axis, value in line:
+            values[axis].add(value)
+    return ", ".join(f"{axis} {'|'.join(sorted(values[axis], key=version_key))}" for axis in axis_sort(values))
 
 
 def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console) -> None:
     """Per failure: what changed it, in the attribution's words; then what no tested version changes."""
     blamed = _blamed(rows)
-    values: dict[str, set[str]] = defaultdict(set)
-    for row in rows:
-        for axis, point in points(row).items():
-            values[axis].add(point.label())
-    constant = {(a, next(iter(v))) for a, v in values.items() if len(v) == 1}
     by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
     for t in attribution.transitions:
         by_failure[(t.scenario, t.signature)].append(t)
     console.print("\n[bold]Answers[/]")
     if not by_failure:
         console.print("  no failure changes between two tested versions of an axis (other axes and machine held)")
-    machines = {t.machine for t in attribution.transitions}
     for (scenario, signature), items in sorted(by_failure.items()):
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
         console.print(f"  [bold]{escape(scenario)}[/]: {escape(_short_signature(signature))}{who}", overflow="fold")
@@ -146,11 +147,10 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
         for t in items:
             groups[(t.headline(), t.machine)].append(t)
         for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
-            common = _common([m.held for m in members], constant)
-            lines = f"on {len(members)} line(s)" + (f" with {common}" if common else "")
-            on = f" on {machine}" if len(machines) > 1 and machine else ""
             colour = "green" if members[0].kind == "fixed" else "red"
-            console.print(f"    [{colour}]{escape(headline)}[/] — {escape(lines)}{escape(on)}", overflow="fold")
+            console.print(f"    [{colour}]{escape(headline)}[/]", overflow="fold")
+            where = (f"on {machine}, " if machine else "") + f"{len(members)} line(s)"
+            console.print(f"      {escape(where)}: {escape(_context([m.held for m in members]))}", overflow="fold")
     steady = _never_changes(rows, attribution)
     if steady:
         console.print("  [bold]no tested version changes[/] (fails in every cell where it runs):")

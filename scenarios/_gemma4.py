@@ -114,9 +114,7 @@ def tiny_config(kv_shared_layers: int = KV_SHARED_LAYERS) -> Gemma4Config:
         attention_context_left=5,
         attention_context_right=0,
     )
-    return Gemma4Config(
-        text_config=text, vision_config=vision, audio_config=audio, **SPECIAL_TOKENS
-    )
+    return Gemma4Config(text_config=text, vision_config=vision, audio_config=audio, **SPECIAL_TOKENS)
 
 
 def build_model(seed: int = SEED, kv_shared_layers: int = KV_SHARED_LAYERS) -> Gemma4ForConditionalGeneration:
@@ -135,9 +133,7 @@ def load_model(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any
     if source:
         return Gemma4ForConditionalGeneration.from_pretrained(source, **kwargs).eval()
     if kwargs:
-        raise TypeError(
-            f"load_model: {sorted(kwargs)} need a saved model; pass base_model_path(dir)"
-        )
+        raise TypeError(f"load_model: {sorted(kwargs)} need a saved model; pass base_model_path(dir)")
     return build_model()
 
 
@@ -241,11 +237,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def clippable_linears(model: torch.nn.Module) -> list[str]:
     """Names of the Gemma4ClippableLinear wrappers (the modules PEFT rejects)."""
-    return [
-        name
-        for name, module in model.named_modules()
-        if type(module).__name__ == "Gemma4ClippableLinear"
-    ]
+    return [name for name, module in model.named_modules() if type(module).__name__ == "Gemma4ClippableLinear"]
 
 
 def lora_module_names(model: torch.nn.Module) -> list[str]:
@@ -278,9 +270,7 @@ def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
 
 
 @torch.no_grad()
-def tower_outputs(
-    model: torch.nn.Module, inputs: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
+def tower_outputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The soft tokens each tower hands the language model, by tower name.
 
     Captured with hooks on the multimodal embedders rather than through

@@ -68,9 +68,7 @@ def load_split_base(workdir: str | os.PathLike[str], double_quant: bool = False)
     return model
 
 
-def load_adapter_under_pressure(
-    model: Any, adapter: str, workdir: str | os.PathLike[str]
-) -> Any:
+def load_adapter_under_pressure(model: Any, adapter: str, workdir: str | os.PathLike[str]) -> Any:
     """PeftModel.from_pretrained on the split base, with a memory budget it must spill."""
     from peft import PeftModel
 
@@ -85,11 +83,7 @@ def load_adapter_under_pressure(
 
 def params4bit(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     """The model's bitsandbytes 4-bit weights by parameter name."""
-    return {
-        name: param
-        for name, param in model.named_parameters()
-        if type(param).__name__ == "Params4bit"
-    }
+    return {name: param for name, param in model.named_parameters() if type(param).__name__ == "Params4bit"}
 
 
 def offloaded(params: dict[str, torch.nn.Parameter]) -> dict[str, torch.nn.Parameter]:

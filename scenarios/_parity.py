@@ -1,6 +1,6 @@
 """Compare two models' outputs on the same inputs: logits and greedy tokens, as metrics.
 
-    compare(reference, candidate, inputs, tolerance=1e-4, what="merged model")
+compare(reference, candidate, inputs, tolerance=1e-4, what="merged model")
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ NEW_TOKENS = 4
 @torch.no_grad()
 def greedy(model: Any, inputs: dict[str, torch.Tensor], new_tokens: int = NEW_TOKENS) -> list[int]:
     """The new tokens of a greedy generate; min_new_tokens keeps an early EOS out."""
-    out = model.generate(
-        **inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
-    )
+    out = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     return out[0, inputs["input_ids"].shape[1] :].tolist()
 
 

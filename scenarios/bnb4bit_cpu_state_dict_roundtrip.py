@@ -72,9 +72,7 @@ def quantized_layer() -> torch.nn.Module:
         compress_statistics=False,  # double quant takes another path, unaffected
         quant_type="nf4",
     )
-    layer.weight = bnb.nn.Params4bit(
-        weight, requires_grad=False, compress_statistics=False, quant_type="nf4"
-    )
+    layer.weight = bnb.nn.Params4bit(weight, requires_grad=False, compress_statistics=False, quant_type="nf4")
     # .to("cpu") quantizes; eval() because the packing is for inference only.
     return layer.to("cpu").eval()
 

@@ -39,9 +39,7 @@ SETUP = "both towers hold bitsandbytes 4-bit linears"
 
 def main() -> None:
     start = time.perf_counter()
-    config = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
-    )
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
     with tempfile.TemporaryDirectory() as workdir:
         path = base_model_path(workdir)
         full = load_model(path)
@@ -60,9 +58,7 @@ def main() -> None:
         record_peak_memory()
 
 
-def record_tower_errors(
-    full: torch.nn.Module, quantized: torch.nn.Module, inputs: dict[str, torch.Tensor]
-) -> None:
+def record_tower_errors(full: torch.nn.Module, quantized: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
     expected, got = tower_outputs(full, inputs), tower_outputs(quantized, inputs)
     for tower, reference in expected.items():
         error = (got[tower] - reference).norm() / reference.norm()

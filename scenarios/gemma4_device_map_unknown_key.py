@@ -79,11 +79,7 @@ def module_names(path: str) -> set[str]:
 
 def unmatched_keys(device_map: dict[str, str | int], modules: set[str]) -> list[str]:
     """Keys that are neither a module nor a prefix of one ("" always matches)."""
-    return [
-        key
-        for key in device_map
-        if key and key not in modules and not any(m.startswith(key + ".") for m in modules)
-    ]
+    return [key for key in device_map if key and key not in modules and not any(m.startswith(key + ".") for m in modules)]
 
 
 @contextmanager

@@ -29,9 +29,7 @@ from _offload import load_4bit_base, params4bit
 from _parity import compare
 from peft import PeftModel
 
-REQUIRES = {
-    "packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "bitsandbytes": ">=0.49.0"}
-}
+REQUIRES = {"packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "bitsandbytes": ">=0.49.0"}}
 TIMEOUT = 120
 TOLERANCE = 1e-4
 SETUP = "a 4-bit base under the adapter"

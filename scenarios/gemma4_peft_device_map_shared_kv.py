@@ -37,9 +37,7 @@ from _parity import compare
 from accelerate import dispatch_model
 from peft import PeftModel
 
-REQUIRES = {
-    "packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "accelerate": ">=1.0"}
-}
+REQUIRES = {"packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "accelerate": ">=1.0"}}
 TIMEOUT = 120
 TOWERS = ("model.vision_tower", "model.audio_tower")
 TOLERANCE = 1e-4
@@ -86,9 +84,7 @@ def load_with_layer_map(adapter: str, workdir: Path) -> PeftModel:
         "": "cpu",
     }
     metric("device_map_entries", len(device_map))
-    model = PeftModel.from_pretrained(
-        base, adapter, device_map=device_map, offload_dir=str(workdir / "peft-offload")
-    )
+    model = PeftModel.from_pretrained(base, adapter, device_map=device_map, offload_dir=str(workdir / "peft-offload"))
     return model.eval()
 
 

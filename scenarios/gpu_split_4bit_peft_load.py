@@ -8,7 +8,7 @@ https://github.com/huggingface/transformers/issues/43872 (the Int8Params form).
 PEFT's re-dispatch gets a GPU budget of half the model (`_gpu.pressure`), standing in for the
 thread's nearly full 12 GB GPU. The PEFT call is the thread's second attempt (offload_dir, offload_buffers,
 ephemeral_gpu_offload, torch_device), double quant off. `inconclusive` if PEFT's re-dispatch
-left no 4-bit weight on the CPU: before the budget was passed (run 2 and the two-GPU runs),
+left no 4-bit weight off the GPU (CPU or offload folder): before the budget was passed (run 2 and the two-GPU runs),
 the re-dispatch put everything on cuda:0 and this scenario "passed" without a 4-bit layer
 offloaded (`devices` ['cuda:0']).
 """
@@ -25,7 +25,7 @@ from peft import PeftModel
 
 REQUIRES = {"packages": {"transformers": ">=5.5.0", "peft": ">=0.18.0", "bitsandbytes": ">=0.45"}, "gpus": 1}
 TIMEOUT = 180
-SETUP = "PEFT's re-dispatch offloaded a 4-bit layer to the CPU"
+SETUP = "PEFT's re-dispatch offloaded a 4-bit layer off the GPU (to the CPU or the offload folder)"
 
 
 def main() -> None:
@@ -46,9 +46,12 @@ def main() -> None:
         ).eval()
         metric("devices", str(sorted(devices_of(model))))
         homes = weight_homes(model, "Linear4bit")
-        on_cpu = sum(device == "cpu" for device, _ in homes.values())
-        metric("linear4bit_on_cpu", on_cpu)
-        reached(on_cpu, f"0 of {len(homes)} Linear4bit weights on the CPU after PEFT's re-dispatch")
+        # The thread's call passes offload_dir: accelerate's hooks may keep an offloaded layer in
+        # memory ("cpu") or in that folder ("disk"); both go through the failing re-dispatch.
+        metric("linear4bit_homes", str(sorted({device for device, _ in homes.values()})))
+        off_gpu = sum(device in ("cpu", "disk") for device, _ in homes.values())
+        metric("linear4bit_off_gpu", off_gpu)
+        reached(off_gpu, f"0 of {len(homes)} Linear4bit weights on the CPU or on disk after PEFT's re-dispatch")
         tokens = generate(model, inputs_for(model, with_media=False))
         check(len(tokens) == 4, f"generated {len(tokens)} tokens, expected 4")
     metric("seconds", round(time.perf_counter() - start, 3))

@@ -42,7 +42,10 @@ GPU_RUNS = [
     GPU / "h200x2-tp4-all.jsonl",
     GPU / "h200x2-tp4-one-1.jsonl",
     GPU / "h200x2-tp4-one-2.jsonl",
-    *sorted((GPU / "h200x2-tp12").glob("*.jsonl")),
+    # h200x2-tp12/ (2026-11-21) ran the same cells under the same run ids before scenarios
+    # declared their setups; its rerun with SETUP (2026-11-23) replaces it here, kept as evidence.
+    *sorted((GPU / "h200x2-tp12-setup").glob("*.jsonl")),
+    GPU / "h200-refine-bnb.jsonl",
 ]
 
 

@@ -19,6 +19,7 @@
 set -euo pipefail
 matrix=$1 out=$2 budget=$3 nshards=${4:-3}
 start=$SECONDS
+tag=${RUN_TAG:-$(date -u +%Y%m%d)}  # a rerun on another day is another run, not a resume of the old one
 deps=${TMPDIR:-/tmp}/harness-deps
 mkdir -p "$deps" "$out"
 touch "$out/walls.tsv"
@@ -33,7 +34,7 @@ sweep() {  # mode part extra-args...
   local mode=$1 part=$2 t0=$EPOCHREALTIME wall
   shift 2
   if UV_CACHE_DIR=/tmp/uv-cache-$mode "${PYTHON:-python3}" -m harness sweep --matrix "$matrix" --device cuda \
-    --db "$out/$mode-$part.jsonl" --env-root "/tmp/envs-$mode" --run-id "tp-$(basename "$matrix" .toml)-$mode" \
+    --db "$out/$mode-$part.jsonl" --env-root "/tmp/envs-$mode" --run-id "tp-$(basename "$matrix" .toml)-$mode-$tag" \
     --no-progress --shard "$part/$nshards" "$@" > "$out/$mode-$part.log" 2>&1; then
     wall=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }")
     printf '%s\t%s\t%s\n' "$mode" "$part" "$wall" >> "$out/walls.tsv"

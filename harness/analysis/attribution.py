@@ -36,7 +36,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.rows import Machine, axis_sort, machine_of, points, signature_of
-from harness.analysis.status import FAILURES, Status
+from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
 from harness.analysis.versions import Point, between, commit_index, order_key, release
 
 Kind = Literal["introduced", "fixed"]
@@ -74,15 +74,23 @@ class _Cell:
         return any(r.get("origin") == REFINED for r in self.rows)
 
     def counts(self, signature: str) -> tuple[int, int, int]:
-        """(repeats failing with `signature`, repeats passing, repeats in all)."""
+        """(repeats failing with `signature`, repeats passing, repeats that are evidence).
+
+        A repeat that says nothing (inconclusive, not applicable, no env) is not counted when
+        other repeats of the cell do say something: an old run that never reached the setup does
+        not make the runs that reached it look flaky.
+        """
         if signature not in self._counts:
             has = sum(1 for r in self.rows if r["status"] in FAILURES and signature_of(r) == signature)
             clean = sum(1 for r in self.rows if r["status"] == Status.PASS)
-            self._counts[signature] = (has, clean, len(self.rows))
+            evidence = sum(1 for r in self.rows if r["status"] not in NO_EVIDENCE)
+            self._counts[signature] = (has, clean, evidence)
         return self._counts[signature]
 
     def evidence(self, signature: str) -> Evidence:
         has, clean, total = self.counts(signature)
+        if not total:
+            return "skip"
         if has == total:
             return "has"
         if clean == total:

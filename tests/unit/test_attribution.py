@@ -36,6 +36,7 @@ SHOWS = {
     "pass": ("pass", ""),
     "other": ("error", OTHER),
     "n/a": ("not_applicable", ""),
+    "inc": ("inconclusive", ""),
     "unresolvable": ("unresolvable", "unresolvable: <n> conflicts"),
 }
 
@@ -150,6 +151,21 @@ CASES = [
         {},
         [(SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (flaky 2/3) — with {HELD_ACC}")],
         id="flaky-is-stepped-over",
+    ),
+    pytest.param(
+        # runs that never reached the setup (inconclusive) say nothing: the runs that did decide,
+        # so an older unproven run neither hides the fix nor makes the cells look flaky
+        rows_of(cell("has", accelerate="1.13.0"), cell("inc", run="r0", accelerate="1.13.0"), cell("inc pass", accelerate="1.14.0")),
+        {},
+        [(SIG, f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD_ACC}")],
+        id="inconclusive-repeats-are-not-evidence",
+    ),
+    pytest.param(
+        # ... but a cell with nothing but inconclusive repeats is no pass: the fix is a range
+        rows_of(cell("has", accelerate="1.13.0"), cell("inc inc", accelerate="1.14.0"), cell("pass", accelerate="1.15.0")),
+        {},
+        [(SIG, f"fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (inconclusive) — with {HELD_ACC}")],
+        id="only-inconclusive-is-a-range",
     ),
     pytest.param(
         # the same combination in two runs disagreeing is flaky too: repeats are pooled over runs

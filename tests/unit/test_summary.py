@@ -120,7 +120,9 @@ def test_the_summary_leads_with_answers_and_fits_100_columns() -> None:
     assert all(len(line) <= 100 for line in lines)
     # answers first, in the attribution's words: exact where built, a range naming what was not
     assert text.index("Answers") < text.index("Known-good set") < text.index("Grid")
-    assert "fixed in accelerate 1.14.0 (after 1.13.0) — on 1 line(s) with bitsandbytes 0.49.2" in text
+    # each answer names its machine and every other axis it held
+    at = lines.index("    fixed in accelerate 1.14.0 (after 1.13.0)")
+    assert lines[at + 1] == "      on cpu · linux-x86_64 · Python 3.11, 1 line(s): torch 2.13.0, bitsandbytes 0.49.2"
     assert "fixed between bitsandbytes 0.49.2 (fails) and 0.50.2 (passes); not built: 0.50.0" in text
     assert "accelerate 1.14.0, bitsandbytes 0.50.2" in text  # the known-good set
     # the grid: scenarios as rows, short labels with a legend of what varies; GPU scenarios folded
