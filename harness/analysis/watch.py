@@ -47,7 +47,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
-from harness.analysis.pin import PinResult, choose
+from harness.analysis.pin import PinResult, choose_for_passing
 from harness.analysis.rows import axis_sort, machine_of, points, requested, signature_of
 from harness.analysis.status import FAILURES, Status, fold_statuses
 from harness.analysis.versions import release
@@ -95,16 +95,10 @@ def on_machine(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[s
 
 def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
     """The known-good set of `rows` (one machine's), or None when no scenario passes anywhere."""
-    passing = sorted({str(r["scenario"]) for r in rows if r["status"] == Status.PASS})
-    if not passing:
+    chosen = choose_for_passing(rows)
+    if chosen is None:
         return None
-    wanted, dropped = list(passing), []
-    result = choose(rows, wanted)
-    while not result.found and len(wanted) > 1:
-        worst = result.failing[0][0]  # the scenario that keeps the most candidate cells out
-        wanted.remove(worst)
-        dropped.append(worst)
-        result = choose(rows, wanted)
+    result, wanted, dropped = chosen
     if not result.found:
         return None
     cells = set(result.cell_ids)
