@@ -45,7 +45,8 @@ from pathlib import Path
 
 import duckdb
 
-from harness.scenarios import SCENARIO_DIR, available
+from harness.bundled import pack_dir
+from harness.scenarios import available
 
 AXES: dict[str, list[str]] = {
     "torch": ["2.13.0"],
@@ -200,7 +201,7 @@ def snapshot_scenarios(work: Path, names: list[str]) -> list[Path]:
     """Copy scenarios/ (helpers too) into the work folder; the chosen scenarios' paths in the copy."""
     copy = work / "scenarios"
     copy.mkdir()
-    for path in sorted(SCENARIO_DIR.glob("*.py")):
+    for path in sorted(pack_dir("forum").glob("*.py")):
         shutil.copy2(path, copy / path.name)
     known = available(copy)
     unknown = [n for n in names if n not in known]

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# `streamlit run` puts dashboard/ on sys.path, not the repository root.
+# `streamlit run` puts dashboard/ on sys.path, not the folder that holds it: the repository
+# root in a checkout, harness/_bundled/ in an installed wheel (harness/bundled.py).
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)

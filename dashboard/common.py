@@ -27,7 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import streamlit as st
 
 from dashboard import logic
-from harness import journal, live, queries
+from harness import bundled, journal, live, queries
 from harness.errors import StoreLocked
 from harness.store import Store
 
@@ -36,8 +36,9 @@ R = TypeVar("R")
 #: A read of a results file: `queries.<function>`, or any function whose first argument is the Store.
 Read = Callable[Concatenate[Store, P], R]
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DB = REPO / "results" / "default.duckdb"
+#: The sample shipped in a checkout; an installed harness has none and reads the project's own file.
+SAMPLE_DB = bundled.sample_db()
+DEFAULT_DB = SAMPLE_DB or Path("results") / "compat.duckdb"
 #: What the shipped file is, shown whenever it is the one on screen.
 DEFAULT_DESCRIPTION = "the sample shipped with the harness: the default CPU sweep of matrix.toml, run for real"
 CONNECTION = os.environ.get("HARNESS_DASHBOARD_CONNECTION", "held")
@@ -71,10 +72,12 @@ def given_db() -> Path:
 
 
 def db_choices() -> list[Path]:
-    """The given file first, then the other results files beside the shipped one."""
+    """The given file first, then the other results files beside it, in the current directory's
+    results/ and beside the shipped sample."""
     given = given_db()
-    others = sorted(p for p in (REPO / "results").glob("*.duckdb") if p.resolve() != given.resolve())
-    return [given, *others]
+    folders = {f.resolve() for f in (given.parent, Path("results"), DEFAULT_DB.parent) if f.is_dir()}
+    others = {p.resolve() for folder in folders for p in folder.glob("*.duckdb")} - {given.resolve()}
+    return [given, *sorted(others)]
 
 
 def db_path() -> Path:
@@ -206,7 +209,7 @@ def data_banner() -> dict[str, Any]:
         st.error(f"Cannot read {path}: {first}")
         st.stop()
     shown = _display(path)
-    what = f"**{shown}** — {DEFAULT_DESCRIPTION}" if path.resolve() == DEFAULT_DB.resolve() else f"**{shown}**"
+    what = f"**{shown}** — {DEFAULT_DESCRIPTION}" if SAMPLE_DB and path.resolve() == SAMPLE_DB.resolve() else f"**{shown}**"
     span = ""
     if overview["first"] is not None:
         first, last = str(overview["first"])[:10], str(overview["last"])[:10]
@@ -255,8 +258,9 @@ def _progress(writer: live.Writer) -> None:
 
 
 def _display(path: Path) -> str:
+    """Relative to the current directory (a checkout or the user's project) where it lies under it."""
     try:
-        return str(path.resolve().relative_to(REPO))
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
 

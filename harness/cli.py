@@ -247,11 +247,22 @@ def _cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
-    for scenario in select([]):
+    from harness import bundled
+    from harness.scenarios import PACK_PREFIX, available, project_dir
+
+    chosen = select([f"{PACK_PREFIX}{args.pack}"]) if args.pack else select([]) if available() else []
+    for scenario in chosen:
         needs = ", ".join(f"{n}{s}" for n, s in scenario.requires.packages)
         gpus = f", {scenario.requires.gpus} GPU" if scenario.requires.gpus else ""
         first = scenario.doc.splitlines()[0] if scenario.doc else ""
         print(f"{scenario.name}\t{needs}{gpus}\t{first}")
+    if not args.pack:
+        if not chosen:
+            print(f"no scenarios in {project_dir()} (`harness init` writes examples)", file=sys.stderr)
+        for pack in sorted(bundled.PACKS):
+            if bundled.pack_dir(pack).resolve() != project_dir().resolve():
+                count = len(available(bundled.pack_dir(pack)))
+                print(f"{PACK_PREFIX}{pack}\t{count} built-in scenario(s): harness scenarios --pack {pack}")
     return EXIT_OK
 
 
@@ -322,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the matrix's cells (one id per line)")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print each cell's versions")
-    sub.add_parser("scenarios", help="list the scenarios in scenarios/ with what they require")
+    p = sub.add_parser("scenarios", help="list the scenarios in scenarios/ (of the current directory) with what they require")
+    p.add_argument("--pack", default="", help="list a built-in pack instead, e.g. forum (use it as --scenario pack:forum)")
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
     p.add_argument("--run-id", default="", help="only this run")
@@ -364,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
     _add_refine(sub)
     _add_dashboard(sub)
+    _add_init(sub)
+    _add_watch(sub)
     return parser
 
 
@@ -550,15 +564,19 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     import os
     import subprocess
 
+    from harness import bundled
     from harness.errors import BadInput
 
-    db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else Path("results/default.duckdb"))
+    db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else bundled.sample_db())
+    if db is None:
+        raise BadInput(f"no results file: {str(DEFAULT_DB)!r} does not exist here; run `harness sweep` first or pass --db FILE")
     _existing_duckdb(db)
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-    if not app.is_file():
-        raise BadInput(f"no dashboard at {app}: run the dashboard from a checkout of the harness (pip install -e '.[dev]')")
+    app = bundled.dashboard_app()
     if importlib.util.find_spec("streamlit") is None:
-        raise BadInput("streamlit is not installed; install the dev extras: pip install -e '.[dev]'")
+        raise BadInput(
+            "streamlit is not installed; add the dashboard extra: uv tool install --force 'compat-harness[dashboard]' "
+            "(pipx: pipx inject compat-harness streamlit; a checkout: pip install -e '.[dev]')"
+        )
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port), "--server.address", args.address]
     command += ["--server.headless", "true" if args.headless else "false", "--browser.gatherUsageStats", "false", "--", "--db", str(db)]
     console.print(f"dashboard over {db} (read-only) at http://{args.address}:{args.port}  (Ctrl+C stops it)")
@@ -644,6 +662,77 @@ def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_init(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help="scaffold a project of your own: matrix.toml, scenarios/ with two examples, a CI workflow, a README",
+        description="Writes a commented matrix.toml for the torch/transformers/accelerate/peft stack, scenarios/ with a "
+        "plain-script example and one that uses the scenario kit, .github/workflows/compat.yml (on demand and nightly: "
+        "a sharded sweep, a merge, `harness watch`, the results and the report uploaded), a README and a .gitignore. "
+        "Overwrites nothing: if one of the files exists, nothing is written. See docs/tool.md.",
+    )
+    p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the project folder (default: the current one; created if missing)")
+
+
+def _cmd_init(args: argparse.Namespace, console: Console) -> int:
+    from harness.scaffold import init_project, next_steps
+
+    print("\n".join(next_steps(init_project(args.dir))))
+    return EXIT_OK
+
+
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="test the releases newer than the results file holds against the last known-good set; exit 1 names a regression",
+        description="Asks the index which releases of each axis are newer than the results file holds, builds the known-good "
+        "set with one axis moved to its newest release (an ordinary sweep into the same file), refines what breaks down to the "
+        "exact release, and reports: exit 0 nothing new broke, 1 a regression (scenario, signature, the exact release and "
+        "the one before it, on this machine), 2 bad input. See docs/tool.md.",
+    )
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for the axes and the index settings (default: matrix.toml)")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    p.add_argument(
+        "--exclude-newer",
+        default="",
+        help="stand-in for now: only releases uploaded before this date (e.g. 2026-11-20), and the new cells resolved as of it "
+        "(default: the matrix's exclude_newer, else now)",
+    )
+    p.add_argument("--axis", action="append", default=[], help="watch only this axis (repeatable; default: every axis with releases)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="the report on stdout (default: text)")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the markdown report here (a CI summary, an issue body)")
+    p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--dry-run", action="store_true", help="say what is new and which cells would be built; build nothing")
+    p.add_argument(
+        "--no-refine", action="store_true", help="leave a failing release's range as a range (default: build the releases between)"
+    )
+    p.add_argument("--refine-limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's)")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI); progress goes to stderr either way")
+
+
+def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
+    from harness.watching import WatchOptions, print_round, watch
+
+    log = Console(stderr=True, width=console.width)
+    options = WatchOptions(args.matrix, args.db, args.exclude_newer, args.axis, args.scenario, args.env_root)
+    options.refine, options.refine_limit, options.dry_run = not args.no_refine, args.refine_limit, args.dry_run
+    progress = None if args.no_progress else ProgressReporter(log)
+    report = watch(options, progress, print_round(lambda line: log.print(line, highlight=False)))
+    for path, text in ((args.markdown, report.markdown()), (args.json, report.json() + "\n")):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if args.format == "markdown":
+        print(report.markdown(), end="")
+    elif args.format == "json":
+        print(report.json())
+    else:
+        print("\n".join(report.text()))
+    return report.exit_status
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -658,6 +747,8 @@ COMMANDS = {
     "refine": _cmd_refine,
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,
+    "init": _cmd_init,
+    "watch": _cmd_watch,
 }
 
 

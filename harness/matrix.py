@@ -196,7 +196,8 @@ def load_matrix(path: Path, *, lenient: bool = False) -> MatrixSpec:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise MatrixError(str(path), [f"cannot read the matrix file ({exc.strerror}); pass --matrix with an existing file"]) from exc
+        fix = "pass --matrix with an existing file, or write one with `harness init`"
+        raise MatrixError(str(path), [f"cannot read the matrix file ({exc.strerror}); {fix}"]) from exc
     return parse_matrix_lenient(text, str(path)) if lenient else parse_matrix(text, str(path))
 
 

@@ -28,7 +28,7 @@ from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import index_for, python_version_of, resolve_matrix
 from harness.errors import BadInput
 from harness.matrix import Candidate, Cell, load_matrix
-from harness.scenarios import Scenario, available, load_scenario, select
+from harness.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.shardfile import known_releases, outcome_rows
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def refine_file(
         if not queries.outcome_rows(store):
             raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
         names = {r["scenario"] for r in queries.outcome_rows(store)}
-        files = available()
+        files = lookup_names()  # the project's scenarios/, then the built-in packs
         scenarios = {n: load_scenario(files[n]) for n in names if n in files}
         scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from harness import bundled
 from harness.envs import uv_binary
 from harness.interpret import RawRun
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from harness.zygote import Zygote, ZygotePool
 
 CHILD = Path(__file__).with_name("child.py")
-KIT_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+KIT_DIR = bundled.kit_dir()  # `_kit` and the other helpers: importable from every scenario, wherever it lives
 OUTPUT_TAIL_BYTES = 16 * 1024
 SERVER_START_TIMEOUT = 600.0
 KILL_GRACE_SECONDS = 3.0

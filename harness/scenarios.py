@@ -2,6 +2,11 @@
 
 The harness's interpreter has neither torch nor transformers, and a scenario must not run in
 it: `REQUIRES`, `TIMEOUT` and `SETUP` are module-level literals read with `ast.literal_eval`.
+
+Where they are: the project's own `scenarios/` folder in the current directory (the default
+set), a file anywhere (`path/to/check.py`), or a built-in pack (`pack:forum` for all of it,
+`pack:forum/gemma4_lora_inner_linear` for one). A bare name is looked up in the project's
+folder first, then in the packs, so a results file's scenario names are found from anywhere.
 """
 
 from __future__ import annotations
@@ -17,9 +22,16 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from harness import bundled
 from harness.errors import BadInput
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+#: How a built-in pack is named on the command line and in a matrix: `pack:forum`, `pack:forum/NAME`.
+PACK_PREFIX = "pack:"
+
+
+def project_dir() -> Path:
+    """The project's scenarios: `scenarios/` in the current directory (the checkout's own, run from there)."""
+    return Path.cwd() / "scenarios"
 
 
 @dataclass(frozen=True)
@@ -89,31 +101,66 @@ def _parse_requires(path: Path, raw: Any) -> Requirements:
     return Requirements(tuple(packages), gpus)
 
 
-def available(directory: Path = SCENARIO_DIR) -> dict[str, Path]:
-    """Scenario files in a folder; names starting with `_` are helpers, not scenarios."""
-    return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
+def available(directory: Path | None = None) -> dict[str, Path]:
+    """Scenario files in a folder (default: the project's); names starting with `_` are helpers, not scenarios."""
+    folder = project_dir() if directory is None else directory
+    return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
 
 
-def select(names: list[str], directory: Path = SCENARIO_DIR) -> list[Scenario]:
-    """Resolve names (from scenarios/) and paths (anywhere). Empty means all in the folder."""
-    known = available(directory)
+def lookup_names(directory: Path | None = None) -> dict[str, Path]:
+    """What a bare name resolves to: the project's scenarios first, then each built-in pack's."""
+    found: dict[str, Path] = {}
+    for pack in sorted(bundled.PACKS):
+        found.update(available(bundled.pack_dir(pack)))
+    found.update(available(directory))
+    return found
+
+
+def _pack(reference: str) -> list[Path] | None:
+    """`pack:forum` -> every scenario of the pack; `pack:forum/NAME` -> that one; None if it names nothing."""
+    pack, _, name = reference.removeprefix(PACK_PREFIX).partition("/")
+    known = available(bundled.pack_dir(pack))
+    if not name:
+        return list(known.values())
+    return [known[name]] if name in known else None
+
+
+def select(names: list[str], directory: Path | None = None) -> list[Scenario]:
+    """Resolve names, packs and paths (see the module's docstring). Empty means all in the project's folder."""
+    folder = project_dir() if directory is None else directory
+    known = available(folder)
     if not names:
+        if not known:
+            raise BadInput(
+                f"no scenarios in {str(folder)!r}; write one there (`harness init` makes an example), "
+                "or pass --scenario path/to/check.py or --scenario pack:forum (the built-in forum scenarios)"
+            )
         return [load_scenario(p) for p in known.values()]
-    chosen, unknown = [], []
+    fallback = lookup_names(folder)
+    chosen: list[Scenario] = []
+    unknown: list[str] = []
     for name in names:
         path = Path(name)
-        if name.endswith(".py") or "/" in name:
+        if name.startswith(PACK_PREFIX):
+            found = _pack(name)
+            if found is None:
+                unknown.append(name)
+            else:
+                chosen.extend(load_scenario(p) for p in found)
+        elif name.endswith(".py") or "/" in name:
             if path.is_file():
                 chosen.append(load_scenario(path))
             else:
                 unknown.append(name)
-        elif name in known:
-            chosen.append(load_scenario(known[name]))
+        elif name in fallback:
+            chosen.append(load_scenario(fallback[name]))
         else:
             unknown.append(name)
     if unknown:
+        packs = ", ".join(f"{PACK_PREFIX}{p}" for p in sorted(bundled.PACKS))
         raise BadInput(
-            f"unknown scenario(s) {', '.join(map(repr, unknown))}; known: {', '.join(known) or 'none'} (or pass a path to a .py file)"
+            f"unknown scenario(s) {', '.join(map(repr, unknown))}; known: {', '.join(known) or 'none'} in {str(folder)!r} "
+            f"(or pass a path to a .py file, or a built-in pack: {packs}, {PACK_PREFIX}NAME/SCENARIO)"
         )
     return chosen
 

@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
-from harness.analysis.pin import choose
+from harness.analysis.pin import choose_for_passing
 from harness.analysis.rows import axis_sort, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
@@ -188,16 +188,11 @@ def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) 
 # -- the known-good set -----------------------------------------------------------------------------
 def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
     """The newest set on which every scenario that passes somewhere passes; else what keeps one from existing."""
-    passing = sorted({r["scenario"] for r in rows if r["status"] == Status.PASS})
-    if not passing:
+    chosen = choose_for_passing(rows)
+    if chosen is None:
         return
-    wanted, dropped = list(passing), []
-    result = choose(rows, wanted)
-    while not result.found and len(wanted) > 1:
-        worst = result.failing[0][0]  # the scenario that keeps the most candidates out
-        wanted.remove(worst)
-        dropped.append(worst)
-        result = choose(rows, wanted)
+    result, wanted, dropped = chosen
+    passing = [*wanted, *dropped]
     console.print("\n[bold]Known-good set[/]")
     if not result.found:
         console.print("  no cell passes the scenarios that pass somewhere")

@@ -562,3 +562,23 @@ def _nothing_passes(
     failing = Counter(s for c in cells for s in scenarios if not verdicts[id(c)][s].ok)
     ranked = sorted(failing.items(), key=lambda item: (-item[1], scenarios.index(item[0])))
     return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))
+
+
+def choose_for_passing(rows: Sequence[Mapping[str, Any]]) -> tuple[PinResult, list[str], list[str]] | None:
+    """The known-good set: the newest cell passing every scenario that passes somewhere.
+
+    Where no cell passes them all, the scenario that keeps the most candidate cells out is
+    dropped, then the next, until one does. Returns (result, scenarios kept, scenarios dropped),
+    or None when nothing passes anywhere. The summary and `harness watch` both ask this.
+    """
+    passing = sorted({str(r["scenario"]) for r in rows if r["status"] == Status.PASS})
+    if not passing:
+        return None
+    wanted, dropped = list(passing), []
+    result = choose(rows, wanted)
+    while not result.found and len(wanted) > 1:
+        worst = result.failing[0][0]
+        wanted.remove(worst)
+        dropped.append(worst)
+        result = choose(rows, wanted)
+    return result, wanted, dropped

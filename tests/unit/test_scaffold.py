@@ -1,0 +1,169 @@
+"""`harness init`: the files it writes parse, name real commands and options, and nothing is ever overwritten.
+
+The workflow's commands are also run for real, from an installed wheel, in
+tests/integration/test_tool_install.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import __version__
+from harness.cli import build_parser
+from harness.errors import BadInput
+from harness.matrix import parse_matrix
+from harness.scaffold import FILES, init_project
+from harness.scenarios import load_scenario, select
+from tests.conftest import run_cli
+
+yaml = pytest.importorskip("yaml", reason="the workflow is checked with PyYAML (pip install -e '.[dev]')")
+
+#: What the runner fills in for `${{ … }}` and the workflow's variables, to read its commands as argv.
+EXPRESSIONS = {"matrix.shard": "1/2", "env.TORCH_INDEX": "https://download.pytorch.org/whl/cpu"}
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    init_project(tmp_path / "compat")
+    return tmp_path / "compat"
+
+
+def workflow(project: Path) -> dict[Any, Any]:
+    data = yaml.safe_load((project / ".github" / "workflows" / "compat.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def harness_commands(data: dict[Any, Any]) -> list[tuple[str, list[str]]]:
+    """(job, argv after `harness`) for every `harness …` in the workflow's run steps, expressions filled in."""
+    found = []
+    env = {k: str(v) for k, v in data["env"].items()}
+    for name, job in data["jobs"].items():
+        for step in job["steps"]:
+            script = re.sub(r"\$\{\{\s*([\w.]+)\s*\}\}", lambda m: EXPRESSIONS.get(m.group(1), m.group(0)), step.get("run", ""))
+            lines = []
+            for line in script.splitlines():
+                lines += re.findall(r"\$\(([^)]*)\)", line)  # `$(harness plan …)`: a command of its own
+                lines.append(re.sub(r"\$\([^)]*\)", "", line))
+            for line in lines:
+                words = shlex.split(line, comments=True)
+                words = [re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), m.group(0)), w) for w in words]
+                if "harness" in words:
+                    start = words.index("harness") + 1
+                    argv = words[start:]
+                    end = next((i for i, w in enumerate(argv) if w in ("|", "||", "&&", ">>", ">")), len(argv))
+                    found.append((name, argv[:end]))
+    return found
+
+
+def test_init_writes_every_file(project: Path) -> None:
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()) == sorted(FILES.values())
+
+
+def test_the_matrix_is_the_stack_and_parses(project: Path) -> None:
+    spec = parse_matrix((project / "matrix.toml").read_text())
+    assert list(spec.axes) == ["torch", "transformers", "accelerate", "peft"]
+    assert all(len(entries) == 1 and entries[0].kind == "version" for entries in spec.axes.values())
+    assert spec.settings.find_links == ["$PIP_FIND_LINKS"]
+
+
+def test_the_examples_are_a_plain_script_and_a_kit_scenario(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    found = {s.name: s for s in select([])}  # the project's own scenarios/, from its folder
+    assert sorted(found) == ["example_lora_merge", "example_train_step"]
+    plain, kit = found["example_train_step"], found["example_lora_merge"]
+    assert plain.requires.packages == () and "_kit" not in plain.path.read_text()
+    assert dict(kit.requires.packages) == {"transformers": ">=4.45", "peft": ">=0.13"} and kit.timeout == 120
+    assert "from _kit import check, metric" in kit.path.read_text()
+    assert load_scenario(plain.path).doc.startswith("Three LoRA training steps")
+
+
+def test_the_workflow_runs_on_demand_and_nightly(project: Path) -> None:
+    data = workflow(project)
+    triggers = data[True] if True in data else data["on"]  # YAML 1.1 reads the key `on` as true
+    assert "workflow_dispatch" in triggers
+    assert re.fullmatch(r"\d+ \d+ \* \* \*", triggers["schedule"][0]["cron"])
+    assert data["env"]["HARNESS_PACKAGE"] == f"compat-harness=={__version__}"
+    assert "@VERSION@" not in (project / ".github" / "workflows" / "compat.yml").read_text()
+    jobs = data["jobs"]
+    assert list(jobs) == ["plan", "sweep", "watch"]
+    assert jobs["sweep"]["needs"] == "plan" and jobs["watch"]["needs"] == "sweep"
+    # the shards come from `harness plan`, through the plan job's output
+    assert jobs["sweep"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert jobs["plan"]["outputs"]["shards"] == "${{ steps.plan.outputs.shards }}"
+    uploads = [s["with"] for s in jobs["watch"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and {"results/compat.duckdb", "watch.md", "watch.json"} <= set(uploads[0]["path"].split())
+    # a regression fails the watch job (exit 1) and, nightly, opens an issue with the markdown report
+    issue = next(s for s in jobs["watch"]["steps"] if "gh issue create" in s.get("run", ""))
+    assert "steps.watch.outcome == 'failure'" in issue["if"] and "--body-file watch.md" in issue["run"]
+
+
+def test_every_harness_command_in_the_workflow_parses(project: Path) -> None:
+    commands = harness_commands(workflow(project))
+    assert [(job, argv[0]) for job, argv in commands] == [
+        ("plan", "plan"),
+        ("sweep", "sweep"),
+        ("watch", "merge"),
+        ("watch", "summary"),
+        ("watch", "watch"),
+    ]
+    parser = build_parser()
+    for _, argv in commands:
+        parser.parse_args(argv)  # an unknown option or a bad value exits here (SystemExit)
+    sweep = dict(zip(commands[1][1][1::2], commands[1][1][2::2]))
+    assert sweep["--shard"] == "1/2" and sweep["--db"] == "results/compat.duckdb"
+
+
+def test_init_refuses_to_overwrite_and_leaves_the_folder_untouched(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("our project\n")
+    (tmp_path / "train.py").write_text("print('ours')\n")
+    before = snapshot(tmp_path)
+    with pytest.raises(BadInput) as info:
+        init_project(tmp_path)
+    assert "already has README.md" in str(info.value) and "nothing written" in str(info.value)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_failure_half_way_leaves_nothing_behind(tmp_path: Path) -> None:
+    # `.github` is a file: the workflow's folder cannot be made, after matrix.toml and scenarios/ were written
+    (tmp_path / ".github").write_text("not a folder\n")
+    with pytest.raises(BadInput) as info:
+        init_project(tmp_path)
+    assert "nothing was left behind" in str(info.value)
+    assert snapshot(tmp_path) == {".github": b"not a folder\n"}
+
+
+def test_init_into_an_existing_folder_without_clashes(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('ours')\n")
+    init_project(tmp_path)
+    assert (tmp_path / "train.py").read_text() == "print('ours')\n"
+    assert (tmp_path / "matrix.toml").is_file()
+
+
+def test_the_cli_refuses_in_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text("# ours\n")
+    before = snapshot(tmp_path)
+    proc = run_cli("init", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"harness: error: {str(tmp_path)!r} already has matrix.toml; nothing written: init an empty folder "
+        "(harness init compat/) or move those aside"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+def test_the_cli_writes_and_says_what_next(tmp_path: Path) -> None:
+    proc = run_cli("init", "compat", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"wrote {len(FILES)} file(s) into compat:"
+    assert "  cd compat" in proc.stdout.splitlines() and "harness watch" in proc.stdout
+    assert (tmp_path / "compat" / ".github" / "workflows" / "compat.yml").is_file()
