@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import queries
 from harness.analysis.attribution import attribute, seen_versions, to_rows
 from harness.outcome import CellRecord
-from harness.store import Store
+from harness.store import OUTCOME_COLUMNS, Store
 
 AXES: dict[str, list[str]] = {
     "torch": ["2.10.0", "2.11.0", "2.12.0", "2.13.0"],
@@ -493,23 +493,7 @@ def _bisections(store: Store, rng: random.Random, when: datetime) -> list[tuple[
 def _insert(store: Store, rows: list[tuple[Any, ...]]) -> None:
     import pyarrow as pa
 
-    columns = [
-        "run_id",
-        "cell_id",
-        "scenario",
-        "repeat",
-        "status",
-        "message",
-        "signature",
-        "signature_family",
-        "blamed_library",
-        "exception_type",
-        "traceback",
-        "output_tail",
-        "seconds",
-        "metrics",
-        "started_at",
-    ]
+    columns = list(OUTCOME_COLUMNS)
     table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(columns)})
     store.con.from_arrow(table).insert_into("outcomes")
 

@@ -70,10 +70,14 @@ class ProgressReporter:
         self.progress.stop()
 
 
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+
+
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
     p.add_argument(
@@ -286,7 +290,7 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         description="For every failure signature and every axis, the transitions while the other axes stay fixed: "
         "'introduced in transformers X, fixed in Y'. Stored in the file's `transitions` table; see docs/attribution.md.",
     )
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--run-id", default="", help="only this run's outcomes (default: every run in the file)")
     p.add_argument("--scenario", action="append", default=[], help="only this scenario (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object per transition and flaky cell instead of the tables")
@@ -336,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scenarios", help="list the scenarios in scenarios/ (of the current directory) with what they require")
     p.add_argument("--pack", default="", help="list a built-in pack instead, e.g. forum (use it as --scenario pack:forum)")
     p = sub.add_parser("summary", help="print the outcome table of a results file")
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--run-id", default="", help="only this run")
     p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
     p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
@@ -372,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--git", default="", help="bisect commits of this repository (a local clone or URL) between --good and --bad refs")
     p.add_argument("--repeat", type=int, default=1, help="runs per candidate (flaky scenarios)")
     p.add_argument("--allowed-failures", type=int, default=0, help="a candidate is good if at most this many of its runs fail")
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live")
     _add_refine(sub)
     _add_dashboard(sub)
@@ -479,7 +483,7 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
         description="Among the stored cells where every chosen scenario passed (every repeat, every run), the newest by the "
         "ranking, with the evidence and the newer versions that were excluded and why. See docs/pins-and-reports.md.",
     )
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--scenario", action="append", default=[], help="a scenario that must pass (repeatable; at least one)")
     p.add_argument(
         "--fix", action="append", default=[], help="hold an axis: torch=2.13.0 (also matches 2.13.0+cpu) or transformers<5.20 (repeatable)"
@@ -523,7 +527,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "the cells that pass and fail, which release introduced or fixed it, a repro command and the traceback tail. "
         "See docs/pins-and-reports.md.",
     )
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--signature", default="", help="the failure: its signature text, its family hash, or a part of it naming one signature")
     p.add_argument("--cell", default="", help="a cell id (see `harness summary`)")
     p.add_argument("--out", type=Path, default=None, help="write the markdown to this file instead of printing it")
@@ -597,7 +601,7 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
         "building probe cells on the same line (other axes held), stored as ordinary outcomes under run refine-<machine>. "
         "Settings (index, find-links, python) come from --matrix. See docs/attribution.md.",
     )
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for the index settings and python (default: matrix.toml)")
     p.add_argument("--limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's refine_limit)")
     p.add_argument("--lines", choices=["all", "first"], default=None, help="refine every line of a failure, or only its first")
@@ -691,7 +695,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         "the one before it, on this machine), 2 bad input. See docs/tool.md.",
     )
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix for the axes and the index settings (default: matrix.toml)")
-    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
+    _add_db(p)
     p.add_argument(
         "--exclude-newer",
         default="",
