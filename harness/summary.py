@@ -4,7 +4,7 @@
    names what was not built), on how many lines of the matrix, and on which machine; failures
    that no tested version changes; machine differences; flaky cells.
 2. **Known-good set**: the newest version set on which every scenario that passes somewhere
-   passes (`analysis.pin.choose`), or the scenarios that keep any set from passing.
+   passes (`analysis.pin.choose_for_passing`, as `harness watch` asks), or the scenarios that keep any set from passing.
 3. **Grid**: scenarios as rows, cells as short labels (A, B, …) with a legend that names only
    the versions that vary; scenarios that could not run on this machine folded into one line.
 
