@@ -95,6 +95,9 @@ def run_scenario(scenario: str, result: str) -> int:
     before = set(sys.modules)
     record: dict[str, Any] = {"status": "pass"}
     code = 0
+    # The scenario's own time, whatever its status: what the harness spent around it is the
+    # rest of the outcome's seconds (an error row records no `seconds` metric of its own).
+    started = time.perf_counter()
     try:
         runpy.run_path(scenario, run_name="__main__")
     except SystemExit as exc:
@@ -111,6 +114,7 @@ def run_scenario(scenario: str, result: str) -> int:
         }
         code = 1
         traceback.print_exc()
+    record["run_seconds"] = round(time.perf_counter() - started, 4)
     sys.stdout.flush()
     sys.stderr.flush()
     record["imported"] = _new_imports(before, [os.path.dirname(scenario), kit_dir or ""])

@@ -96,6 +96,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
     )
     p.add_argument(
+        "--no-tail-help",
+        action="store_true",
+        help="with --jobs > 1, an idle job never shares a running cell (default: once no cell is left, an idle job starts a "
+        "second fork server for the running cell with the most time left and takes its scenarios too, where that saves time)",
+    )
+    p.add_argument(
         "--no-zygote",
         action="store_true",
         help="every cell's fork server imports torch and the matrix's preload itself (default: forked from one process per torch "
@@ -122,6 +128,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     options.jobs = args.jobs
     options.lookahead = not args.no_lookahead
     options.zygote = not args.no_zygote
+    options.help_tail = not args.no_tail_help
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     if args.jobs < 1:

@@ -25,6 +25,7 @@ class RawRun:
     output_tail: str
     metrics: dict[str, Any] = field(default_factory=dict)
     imported: list[str] = field(default_factory=list)  # installed modules the scenario imported (leaves)
+    run_seconds: float | None = None  # the scenario file's own run in its process (the child's clock)
 
 
 @dataclass

@@ -408,6 +408,7 @@ class CellRunner:
         seconds = time.monotonic() - started
         record = _read_json(result)
         imported = record.pop("imported", None) if record is not None else None
+        ran = record.pop("run_seconds", None) if record is not None else None
         modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
         if isinstance(imported, list):
             self.imports[str(request["scenario"])] = modules
@@ -420,6 +421,7 @@ class CellRunner:
             output_tail=_tail(output),
             metrics=_read_json(metrics) or {},
             imported=modules,
+            run_seconds=float(ran) if isinstance(ran, int | float) else None,
         )
 
 

@@ -3,7 +3,9 @@
 A cell is prepared (its env built, its fork server's imports done) before a job runs it; on a
 GPU runner that is 12-20 s of CPU that would otherwise leave a GPU idle. `Feed` keeps up to
 `ahead` cells prepared beyond those running, and whichever job finishes first takes the next
-one: no job idles on imports while another holds a prepared cell.
+one: no job idles on imports while another holds a prepared cell. When no cell is left to
+take, an idle job may share a running one (`worth_helping`), so the sweep does not end with
+one job finishing a long cell alone.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 W = TypeVar("W")  # a unit of work: a cell and what to run in it
@@ -88,3 +91,32 @@ class Feed(Generic[W, P]):
                 return
             if self._dispose is not None and not isinstance(done, BaseException):
                 self._dispose(done)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A cell some job is running, as an idle job sees it when no new cell is left to take."""
+
+    left: int  # scenarios of it nobody has started yet
+    seconds_each: float | None  # its finished scenarios' mean seconds (None before the first)
+    start_seconds: float  # what its fork server took to start: a helper's second server costs as much
+
+
+def worth_helping(running: Sequence[Running], fallback_each: float) -> int | None:
+    """Which running cell an idle job should share (its index), or None: go home.
+
+    The end of a sweep, in cells, leaves one job finishing a long cell while the others idle
+    (on the two-GPU runner the tail cost 70-75 s of a 240-290 s shard). An idle job that starts
+    a second server for that cell and takes scenarios from the same queue: the two finish the
+    cell's remaining time R together in about (R + start) / 2 instead of R, since the helper
+    runs nothing while its server starts. It helps only where that gain, (R - start) / 2, is
+    positive; of several cells, the one it shortens most. `fallback_each`: the sweep's mean
+    scenario seconds, for a cell none of whose scenarios has finished yet.
+    """
+    best, best_gain = None, 0.0
+    for i, cell in enumerate(running):
+        each = cell.seconds_each if cell.seconds_each is not None else fallback_each
+        gain = (cell.left * each - cell.start_seconds) / 2
+        if cell.left >= 2 and gain > best_gain:
+            best, best_gain = i, gain
+    return best

@@ -15,6 +15,7 @@ import os
 import sysconfig
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -46,7 +47,7 @@ from harness.preloads import learned_preload, remember
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
-from harness.schedule import Feed
+from harness.schedule import Feed, Running, worth_helping
 from harness.zygote import ZygotePool
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
@@ -69,6 +70,7 @@ class SweepOptions:
     shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
     lookahead: bool = True  # a job prepares its next cell while it runs one
     zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
+    help_tail: bool = True  # with several jobs: once no cell is left, idle jobs share the running ones
 
 
 @dataclass
@@ -192,12 +194,16 @@ class Ledger:
     envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
     server_start_seconds: float = 0.0
     scenario_seconds: float = 0.0
+    # of those, the scenario files' own run (their code, imports included), by the child's
+    # clock; the rest is forking, handing over and reading back, per scenario
+    scenario_run_seconds: float = 0.0
     imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
 
     def line(self, zygotes: str, culprits: str) -> str:
         return (
             f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
-            f" (slowest imports: {_slowest(self.imports)}), scenarios {self.scenario_seconds:.1f} s;"
+            f" (slowest imports: {_slowest(self.imports)}), scenarios {self.scenario_seconds:.1f} s"
+            f" (their own code {self.scenario_run_seconds:.1f} s);"
             f" not preloaded (CUDA at import): {culprits}"
         )
 
@@ -211,6 +217,24 @@ class _Prepared:
     env: EnvResult
     runner: CellRunner | None
     origin: str = "matrix"
+
+
+@dataclass
+class _Shared:
+    """A cell's scenarios nobody has started yet; its job takes them one at a time, and so do
+    jobs that help it at the end of the sweep (each with its own fork server for the cell)."""
+
+    ready: _Prepared
+    left: deque[tuple[Scenario, int]]
+    runnable: set[str]  # scenarios that can run here (the rest are not applicable: no cost)
+    jobs: int = 1  # jobs taking from `left` now
+    ran: int = 0  # runnable scenarios finished
+    seconds: float = 0.0  # their seconds
+    imports: dict[str, list[str]] = field(default_factory=dict)  # what they imported, for `remember`
+
+    def running(self, start_seconds: float) -> Running:
+        left = sum(s.name in self.runnable for s, _ in self.left)
+        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, start_seconds)
 
 
 class Sweep:
@@ -234,6 +258,8 @@ class Sweep:
         self._lock = threading.RLock()
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
+        self._shared: list[tuple[_Shared, float]] = []  # cells being run, with their server's start seconds
+        self._ran = (0, 0.0)  # runnable scenarios finished in the sweep, and their seconds
         self._run_recorded = False
         zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
         self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
@@ -329,9 +355,16 @@ class Sweep:
         ahead = len(slots) if self.plan.options.lookahead else 0
         feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
+        share = len(slots) > 1 and self.plan.options.help_tail
+
         def worker(slot: list[str]) -> None:
-            while not self._stopping.is_set() and (ready := feed.next()) is not None:
-                outcomes = self._run_prepared(ready, slot)
+            while not self._stopping.is_set():
+                if (ready := feed.next()) is not None:
+                    outcomes = self._run_prepared(ready, slot, share)
+                elif share and (shared := self._to_help()) is not None:
+                    outcomes = self._help(shared, slot)
+                else:
+                    return
                 with self._lock:
                     produced.extend(outcomes)
 
@@ -382,10 +415,16 @@ class Sweep:
             self.reporter.env_built(cell, env)
         if not env.ready:
             return _Prepared(cell, todo, env, None, origin)
+        return _Prepared(cell, todo, env, self._start_runner(env, self._runnable(env, todo)), origin)
+
+    def _runnable(self, env: EnvResult, todo: Todo) -> list[Scenario]:
+        return [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
+
+    def _start_runner(self, env: EnvResult, runnable: list[Scenario]) -> CellRunner:
+        """A runner for the cell, its fork server started (preloading) unless nothing can run."""
         s = self.settings
         # a `preload` module, or a library's learned modules (`peft.*`), at this version
         avoid = self.culprits.avoid(env.freeze)
-        runnable = [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
         learned = learned_preload(env.location, runnable) if self.zygotes is not None and s.preload else None
         runner = CellRunner(
             env.python,
@@ -405,41 +444,89 @@ class Sweep:
             runner.close()
             raise
         self.culprits.learn(runner.cuda_culprits, env.freeze)
-        return _Prepared(cell, todo, env, runner, origin)
+        return runner
 
-    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None) -> list[Outcome]:
+    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False) -> list[Outcome]:
         cell, env, runner = ready.cell, ready.env, ready.runner
         run_id = self.plan.run_id
         if runner is None:
             failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
             return [self._emit(o, cell) for o in failed]
+        shared = _Shared(ready, deque(ready.todo), {sc.name for sc in self._runnable(env, ready.todo)})
+        if share:
+            with self._lock:
+                self._shared.append((shared, runner.server_start_seconds))
+        return self._drain(shared, runner, gpus)
+
+    def _to_help(self) -> _Shared | None:
+        """The running cell an idle job should share, if any (`schedule.worth_helping`); reserved for it."""
+        with self._lock:
+            live = [(sh, start) for sh, start in self._shared if sh.left]
+            mean = self._ran[1] / self._ran[0] if self._ran[0] else 0.0
+            chosen = worth_helping([sh.running(start) for sh, start in live], mean)
+            if chosen is None:
+                return None
+            helped = live[chosen][0]
+            helped.jobs += 1
+            return helped
+
+    def _help(self, shared: _Shared, gpus: list[str] | None) -> list[Outcome]:
+        """Run scenarios of a cell another job is running, on a second fork server of that cell."""
+        try:
+            runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
+        except BaseException:
+            with self._lock:
+                shared.jobs -= 1
+            raise
+        return self._drain(shared, runner, gpus)
+
+    def _drain(self, shared: _Shared, runner: CellRunner, gpus: list[str] | None) -> list[Outcome]:
+        """Take the cell's scenarios one at a time until none is left, then account for the runner."""
+        cell, env = shared.ready.cell, shared.ready.env
         outcomes = []
         with runner:
             with self._lock:
                 self._active.add(runner)
             try:
-                for scenario, repeat in ready.todo:
-                    if self._stopping.is_set():
-                        break
+                while not self._stopping.is_set():
+                    with self._lock:
+                        if not shared.left:
+                            break
+                        scenario, repeat = shared.left.popleft()
                     with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
                         with self._lock:
                             self.reporter.scenario_started(cell, scenario.name, repeat)
                         made = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
                     if self._stopping.is_set():
                         break  # killed by the stop: not an outcome; the rerun runs it again
+                    if scenario.name in shared.runnable:
+                        with self._lock:
+                            shared.ran += 1
+                            shared.seconds += made.seconds
+                            self._ran = (self._ran[0] + 1, self._ran[1] + made.seconds)
                     outcomes.append(self._emit(made, cell))
             finally:
                 with self._lock:
                     self._active.discard(runner)
-            with self._lock:
-                self.ledger.server_start_seconds += runner.server_start_seconds
-                for module, seconds in runner.preload_seconds.items():
-                    self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
-            self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
-            if self.zygotes is not None and self.settings.preload:
-                learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
-                remember(env.location, [s for s, _ in ready.todo], runner.imports, learned)
+            self._runner_done(shared, runner)
         return outcomes
+
+    def _runner_done(self, shared: _Shared, runner: CellRunner) -> None:
+        """Its imports and CUDA culprits kept; the cell's learned preloads written by the last job on it."""
+        env = shared.ready.env
+        with self._lock:
+            self.ledger.server_start_seconds += runner.server_start_seconds
+            for module, seconds in runner.preload_seconds.items():
+                self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
+            shared.imports.update(runner.imports)
+            shared.jobs -= 1
+            last = shared.jobs == 0
+            if last:
+                self._shared = [(sh, start) for sh, start in self._shared if sh is not shared]
+        self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
+        if last and self.zygotes is not None and self.settings.preload:
+            learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
+            remember(env.location, [s for s, _ in shared.ready.todo], shared.imports, learned)
 
     def _emit(self, made: Outcome, cell: Cell) -> Outcome:
         with self._lock:  # one writer at a time: DuckDB connections are not shared across threads
@@ -459,6 +546,7 @@ class Sweep:
         raw = runner.run(scenario.path, timeout, {**scenario_env(self.plan.options), **request_env})
         with self._lock:
             self.ledger.scenario_seconds += raw.seconds
+            self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
         meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
         return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
 

@@ -13,6 +13,9 @@
 # far (for "one" at first: the slowest "all" shard x GPUs), so the command ends inside its
 # limit with whole shards. Call again with the same OUTDIR to finish; on a fresh machine, name
 # what is left: MODES=one PARTS="2 3".
+# Before any shard, untimed (WARMUP=0 skips it): the base interpreter's native libraries are
+# read once (page cache) and CUDA is initialised on every GPU, so the first timed shard does not
+# pay a cold machine that later shards and the other mode do not (it cost 15-20 s before).
 # Each finished shard appends "mode k wall_s" to OUTDIR/walls.tsv; then
 #   python benchmarks/gpu_throughput.py OUTDIR
 # prints the two modes side by side, shard by shard.
@@ -29,6 +32,14 @@ ngpu=$(nvidia-smi -L | wc -l)
 echo "gpus: $ngpu; cpus: $(nproc)"
 # What bitsandbytes' import runs (`pip list | grep habana...`) if scenarios saw the host's pip
 echo "pip on PATH: $(command -v pip || echo none); 'pip list' lists $(pip list 2>/dev/null | wc -l) lines in $( { TIMEFORMAT=%R; time pip list >/dev/null 2>&1; } 2>&1 ) s"
+
+if [[ ${WARMUP:-1} == 1 ]]; then
+  w0=$EPOCHREALTIME
+  site=$("${PYTHON:-python3}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  find "$site" -type f \( -name '*.so' -o -name '*.so.*' \) -print0 | xargs -0 cat > /dev/null
+  "${PYTHON:-python3}" -c 'import torch, transformers.modeling_utils; [torch.ones(1, device=f"cuda:{i}").sum().item() for i in range(torch.cuda.device_count())]'
+  echo "warm-up (untimed): $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $w0 }") s"
+fi
 
 sweep() {  # mode part extra-args...
   local mode=$1 part=$2 t0=$EPOCHREALTIME wall

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import duckdb
@@ -130,3 +131,39 @@ def test_gpus_narrows_a_serial_sweep(tmp_path: Path, env_root: Path) -> None:
     assert {out for (_, s), (status, out) in seen.items() if s == "one_gpu"} == {"1 -"}
     # one GPU visible: the two-GPU scenario is not applicable rather than run on one
     assert {status for (_, s), (status, _) in seen.items() if s == "two_gpus"} == {"not_applicable"}
+
+
+def _tail_sweep(tmp_path: Path, env_root: Path, label: str, *extra: str) -> tuple[list[tuple], float]:
+    """Three cells on two jobs: the third cell runs alone at the end unless an idle job helps it."""
+    matrix = tmp_path / "tail.toml"
+    matrix.write_text('[matrix]\npreload = []\n[axes]\npackaging = ["23.2", "24.0", "24.1"]\n')
+    scenarios = []
+    for i in range(6):
+        path = tmp_path / f"slow_{i}.py"
+        # the fork server's pid: which server of its cell ran the scenario
+        path.write_text("import os, time\ntime.sleep(1.0)\nprint(os.getppid())\n")
+        scenarios += ["--scenario", str(path)]
+    db = tmp_path / f"tail-{label}.duckdb"
+    started = time.monotonic()
+    proc = run_cli(
+        "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--jobs", "2", *extra, *scenarios
+    )
+    assert proc.returncode == 0, proc.stderr
+    return _rows(db), time.monotonic() - started
+
+
+def test_an_idle_job_shares_the_last_cell_and_the_outcomes_stay_the_same(tmp_path: Path, env_root: Path) -> None:
+    _tail_sweep(tmp_path, env_root, "warm", "--no-tail-help")  # envs built, page cache warm: both timed sweeps reuse them
+    alone, alone_wall = _tail_sweep(tmp_path, env_root, "alone", "--no-tail-help")
+    helped, helped_wall = _tail_sweep(tmp_path, env_root, "helped")
+    servers = {mode: {} for mode in ("alone", "helped")}
+    for mode, rows in (("alone", alone), ("helped", helped)):
+        for cell, _, _, _, tail in rows:
+            servers[mode].setdefault(cell, set()).add(tail.strip())
+    assert [r[:4] for r in alone] == [r[:4] for r in helped]  # same cells, scenarios and statuses
+    assert {r[3] for r in helped} == {"pass"} and len(helped) == 18
+    # without help every cell has one fork server; with it, one cell was run by two
+    assert all(len(pids) == 1 for pids in servers["alone"].values())
+    assert sorted(len(pids) for pids in servers["helped"].values()) == [1, 1, 2]
+    # 12 s of scenarios on two jobs: the tail alone is 6 s, shared about 3 s
+    assert helped_wall < alone_wall - 1.5, (helped_wall, alone_wall)
