@@ -356,17 +356,22 @@ class Sweep:
         feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
         share = len(slots) > 1 and self.plan.options.help_tail
+        busy = [len(slots)]  # jobs not idle: an idle job waits for them, a cell may become worth sharing
 
         def worker(slot: list[str]) -> None:
-            while not self._stopping.is_set():
-                if (ready := feed.next()) is not None:
-                    outcomes = self._run_prepared(ready, slot, share)
-                elif share and (shared := self._to_help()) is not None:
-                    outcomes = self._help(shared, slot)
-                else:
-                    return
+            try:
+                while not self._stopping.is_set():
+                    if (ready := feed.next()) is not None:
+                        outcomes = self._run_prepared(ready, slot, share)
+                    elif share and (shared := self._idle_until_help(busy)) is not None:
+                        outcomes = self._help(shared, slot)
+                    else:
+                        return
+                    with self._lock:
+                        produced.extend(outcomes)
+            finally:
                 with self._lock:
-                    produced.extend(outcomes)
+                    busy[0] -= 1
 
         pool = ThreadPoolExecutor(max_workers=len(slots)) if len(slots) > 1 else None
         try:
@@ -457,6 +462,28 @@ class Sweep:
             with self._lock:
                 self._shared.append((shared, runner.server_start_seconds))
         return self._drain(shared, runner, gpus)
+
+    def _idle_until_help(self, busy: list[int]) -> _Shared | None:
+        """No cell left to take: wait, while other jobs run, for a cell worth sharing.
+
+        Waiting rather than leaving at once: the job that took the last cell may still be
+        waiting for it to be prepared (it is not running yet), and a cell's mean scenario
+        time, hence whether sharing it pays, is only known once some of them finished.
+        """
+        with self._lock:
+            busy[0] -= 1
+        try:
+            while not self._stopping.is_set():
+                if (shared := self._to_help()) is not None:
+                    return shared
+                with self._lock:
+                    if busy[0] == 0:
+                        return None  # every other job is idle too: nothing runs, nothing to share
+                time.sleep(0.2)
+            return None
+        finally:
+            with self._lock:
+                busy[0] += 1
 
     def _to_help(self) -> _Shared | None:
         """The running cell an idle job should share, if any (`schedule.worth_helping`); reserved for it."""
