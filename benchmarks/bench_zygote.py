@@ -14,7 +14,11 @@ scenario that imports what the scenarios import: page cache), then runs one zygo
 learns what the scenarios import (reported as the first zygote run of a fresh clone), then
 `--repeats` timed sweeps per mode, the order alternating. Every sweep is one `harness sweep`
 CLI process with a fresh results file, timed from outside. Body seconds are the scenarios'
-own `seconds` metric (those that record one); share outside bodies = (wall - bodies) / wall.
+own `seconds` metric (those that record one; an error row has none, so this share is an upper
+bound); share outside bodies = (wall - bodies) / wall. The scenario files' own run is the
+child's clock around each scenario file (its imports, its body, to its return or its
+exception; every outcome), from the sweep's timing line; share outside the scenario files =
+(wall - that) / wall: what the harness adds around the scenarios.
 Outcomes (status and signature per cell and scenario) must be identical in every sweep.
 """
 
@@ -78,9 +82,15 @@ class Run:
     server_seconds: float = 0.0
     load: float = 0.0
 
+    own_code: float = 0.0  # the scenario files' own run, every outcome (the sweep's timing line)
+
     @property
     def share(self) -> float:
         return (self.wall - self.bodies) / self.wall
+
+    @property
+    def share_code(self) -> float:
+        return (self.wall - self.own_code) / self.wall
 
 
 def sweep(matrix: Path, db: Path, env_root: Path, scenarios: list[Path], mode: str) -> Run:
@@ -99,6 +109,8 @@ def sweep(matrix: Path, db: Path, env_root: Path, scenarios: list[Path], mode: s
             run.outcome_seconds += float(rec.get("seconds") or 0.0)
             body = (rec.get("metrics") or {}).get("seconds")
             run.bodies += float(body) if isinstance(body, int | float) else 0.0
+    own = re.search(r"their own code ([\d.]+) s", proc.stdout.replace("\n", " "))
+    run.own_code = float(own.group(1)) if own else 0.0
     found = TIMING.search(proc.stdout.replace("\n", " "))
     if found:
         run.zygote_seconds, run.zygote_starts = float(found.group(1)), int(found.group(2))
@@ -134,6 +146,9 @@ def report_sweeps(name: str, runs: dict[str, list[Run]]) -> None:
         ("sum of scenario body seconds (s)", lambda r: r.bodies, "{:.1f}"),
         ("outside scenario bodies (s)", lambda r: r.wall - r.bodies, "{:.1f}"),
         ("share outside scenario bodies", lambda r: r.share, "{:.1%}"),
+        ("scenario files' own run (s)", lambda r: r.own_code, "{:.1f}"),
+        ("outside the scenario files (s)", lambda r: r.wall - r.own_code, "{:.1f}"),
+        ("share outside the scenario files", lambda r: r.share_code, "{:.1%}"),
         ("zygote starts (s)", lambda r: r.zygote_seconds, "{:.1f}"),
         ("fork-server starts (s)", lambda r: r.server_seconds, "{:.1f}"),
     ]
