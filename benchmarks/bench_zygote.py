@@ -13,7 +13,9 @@ Each part first builds its envs into one env root (a `--no-zygote` sweep of a wa
 scenario that imports what the scenarios import: page cache), then runs one zygote sweep that
 learns what the scenarios import (reported as the first zygote run of a fresh clone), then
 `--repeats` timed sweeps per mode, the order alternating. Every sweep is one `harness sweep`
-CLI process with a fresh results file, timed from outside. Body seconds are the scenarios'
+CLI process with a fresh results file, timed from outside, with `--no-refine` (the default
+sweep refines its ranges at the end: 38 probe cells, a cost of its own, which `probe` measures
+per probe). Body seconds are the scenarios'
 own `seconds` metric (those that record one; an error row has none, so this share is an upper
 bound); share outside bodies = (wall - bodies) / wall. The scenario files' own run is the
 child's clock around each scenario file (its imports, its body, to its return or its
@@ -95,6 +97,7 @@ class Run:
 
 def sweep(matrix: Path, db: Path, env_root: Path, scenarios: list[Path], mode: str) -> Run:
     args = [*HARNESS, "sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--run-id", "b"]
+    args += ["--no-refine"]  # the sweep itself: refinement's probes are the `probe` part's business
     args += [a for s in scenarios for a in ("--scenario", str(s))] + (["--no-zygote"] if mode == "no-zygote" else [])
     load = os.getloadavg()[0]
     started = time.perf_counter()
