@@ -194,6 +194,7 @@ class Ledger:
     envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
     server_start_seconds: float = 0.0
     scenario_seconds: float = 0.0
+    scenarios_run: int = 0  # outcomes behind scenario_seconds (not-applicable ones never run)
     # of those, the scenario files' own run (their code, imports included), by the child's
     # clock; the rest is forking, handing over and reading back, per scenario
     scenario_run_seconds: float = 0.0
@@ -227,14 +228,15 @@ class _Shared:
     ready: _Prepared
     left: deque[tuple[Scenario, int]]
     runnable: set[str]  # scenarios that can run here (the rest are not applicable: no cost)
+    start_seconds: float  # its first server's start: what a helper's second server costs
     jobs: int = 1  # jobs taking from `left` now
     ran: int = 0  # runnable scenarios finished
     seconds: float = 0.0  # their seconds
     imports: dict[str, list[str]] = field(default_factory=dict)  # what they imported, for `remember`
 
-    def running(self, start_seconds: float) -> Running:
+    def running(self) -> Running:
         left = sum(s.name in self.runnable for s, _ in self.left)
-        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, start_seconds)
+        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, self.start_seconds)
 
 
 class Sweep:
@@ -258,8 +260,7 @@ class Sweep:
         self._lock = threading.RLock()
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
-        self._shared: list[tuple[_Shared, float]] = []  # cells being run, with their server's start seconds
-        self._ran = (0, 0.0)  # runnable scenarios finished in the sweep, and their seconds
+        self._shared: list[_Shared] = []  # cells being run that an idle job may share
         self._run_recorded = False
         zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
         self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
@@ -457,10 +458,11 @@ class Sweep:
         if runner is None:
             failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
             return [self._emit(o, cell) for o in failed]
-        shared = _Shared(ready, deque(ready.todo), {sc.name for sc in self._runnable(env, ready.todo)})
+        runnable = {sc.name for sc in self._runnable(env, ready.todo)}
+        shared = _Shared(ready, deque(ready.todo), runnable, runner.server_start_seconds)
         if share:
             with self._lock:
-                self._shared.append((shared, runner.server_start_seconds))
+                self._shared.append(shared)
         return self._drain(shared, runner, gpus)
 
     def _idle_until_help(self, busy: list[int]) -> _Shared | None:
@@ -488,12 +490,13 @@ class Sweep:
     def _to_help(self) -> _Shared | None:
         """The running cell an idle job should share, if any (`schedule.worth_helping`); reserved for it."""
         with self._lock:
-            live = [(sh, start) for sh, start in self._shared if sh.left]
-            mean = self._ran[1] / self._ran[0] if self._ran[0] else 0.0
-            chosen = worth_helping([sh.running(start) for sh, start in live], mean)
+            live = [sh for sh in self._shared if sh.left]
+            ledger = self.ledger
+            mean = ledger.scenario_seconds / ledger.scenarios_run if ledger.scenarios_run else 0.0
+            chosen = worth_helping([sh.running() for sh in live], mean)
             if chosen is None:
                 return None
-            helped = live[chosen][0]
+            helped = live[chosen]
             helped.jobs += 1
             return helped
 
@@ -530,7 +533,6 @@ class Sweep:
                         with self._lock:
                             shared.ran += 1
                             shared.seconds += made.seconds
-                            self._ran = (self._ran[0] + 1, self._ran[1] + made.seconds)
                     outcomes.append(self._emit(made, cell))
             finally:
                 with self._lock:
@@ -549,7 +551,7 @@ class Sweep:
             shared.jobs -= 1
             last = shared.jobs == 0
             if last:
-                self._shared = [(sh, start) for sh, start in self._shared if sh is not shared]
+                self._shared = [sh for sh in self._shared if sh is not shared]  # by identity: it may not be listed
         self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
         if last and self.zygotes is not None and self.settings.preload:
             learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
@@ -573,6 +575,7 @@ class Sweep:
         raw = runner.run(scenario.path, timeout, {**scenario_env(self.plan.options), **request_env})
         with self._lock:
             self.ledger.scenario_seconds += raw.seconds
+            self.ledger.scenarios_run += 1
             self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
         meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
         return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
