@@ -15,12 +15,12 @@ learns what the scenarios import (reported as the first zygote run of a fresh cl
 `--repeats` timed sweeps per mode, the order alternating. Every sweep is one `harness sweep`
 CLI process with a fresh results file, timed from outside, with `--no-refine` (the default
 sweep refines its ranges at the end: 38 probe cells, a cost of its own, which `probe` measures
-per probe). Body seconds are the scenarios'
-own `seconds` metric (those that record one; an error row has none, so this share is an upper
-bound); share outside bodies = (wall - bodies) / wall. The scenario files' own run is the
-child's clock around each scenario file (its imports, its body, to its return or its
-exception; every outcome), from the sweep's timing line; share outside the scenario files =
-(wall - that) / wall: what the harness adds around the scenarios.
+per probe). Body seconds are the scenarios' own `seconds` metric (those that record one; an
+error row mostly has none, so this share is an upper bound); share outside bodies =
+(wall - bodies) / wall. The scenario files' own run is the child's clock around each scenario
+file (its imports, its body, to its return or its exception; every outcome), from the sweep's
+timing line; share outside the scenario files = (wall - that) / wall: what the harness adds
+around the scenarios.
 Outcomes (status and signature per cell and scenario) must be identical in every sweep.
 """
 
@@ -83,7 +83,6 @@ class Run:
     zygote_starts: int = 0
     server_seconds: float = 0.0
     load: float = 0.0
-
     own_code: float = 0.0  # the scenario files' own run, every outcome (the sweep's timing line)
 
     @property
@@ -112,9 +111,10 @@ def sweep(matrix: Path, db: Path, env_root: Path, scenarios: list[Path], mode: s
             run.outcome_seconds += float(rec.get("seconds") or 0.0)
             body = (rec.get("metrics") or {}).get("seconds")
             run.bodies += float(body) if isinstance(body, int | float) else 0.0
-    own = re.search(r"their own code ([\d.]+) s", proc.stdout.replace("\n", " "))
+    flat = proc.stdout.replace("\n", " ")
+    own = re.search(r"their own code ([\d.]+) s", flat)
     run.own_code = float(own.group(1)) if own else 0.0
-    found = TIMING.search(proc.stdout.replace("\n", " "))
+    found = TIMING.search(flat)
     if found:
         run.zygote_seconds, run.zygote_starts = float(found.group(1)), int(found.group(2))
         run.server_seconds = float(found.group(3))
