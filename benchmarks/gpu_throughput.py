@@ -7,8 +7,9 @@ DIR holds walls.tsv ("mode part wall_s" per finished part) and MODE-PART.jsonl p
 part k is the same shard k/N of the cells in both modes. Prints, per mode, the cells,
 outcomes and the summed wall time of its parts; the parts both modes finished side by side
 and the ratio of their walls; and whether both modes gave every shared (cell, scenario) the
-same status and signature. A scenario that needs two GPUs runs only in "all" (it is not
-applicable on one), so "all" does strictly more work: the ratio is conservative.
+same status and signature. The script runs the same scenarios in both modes (those that need
+one GPU at most); with SAME_WORK=0, or in folders from before it did, a two-GPU scenario ran in
+"all" only (it is not applicable on one): "all" did more work and the ratio understates it.
 """
 
 from __future__ import annotations

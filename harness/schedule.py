@@ -5,7 +5,8 @@ GPU runner that is 12-20 s of CPU that would otherwise leave a GPU idle. `Feed` 
 `ahead` cells prepared beyond those running, and whichever job finishes first takes the next
 one: no job idles on imports while another holds a prepared cell. When no cell is left to
 take, an idle job may share a running one (`worth_helping`), so the sweep does not end with
-one job finishing a long cell alone.
+one job finishing a long cell alone; the second fork server it needs is started ahead, once
+the feed is empty (`spares_for`), so the helper does not wait for its imports.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class Feed(Generic[W, P]):
             except BaseException as exc:  # handed to the job that takes it
                 done = exc
             self._ready.put(done)
+
+    def exhausted(self) -> bool:
+        """Every item has been handed to a job: no more work will come out of this feed."""
+        with self._lock:
+            return self._left == 0
 
     def next(self) -> P | None:
         """The next prepared item (waiting for it if need be), or None when all are handed out."""
@@ -120,3 +126,22 @@ def worth_helping(running: Sequence[Running], fallback_each: float) -> int | Non
         if cell.left >= 2 and gain > best_gain:
             best, best_gain = i, gain
     return best
+
+
+def spares_for(running: Sequence[Running], fallback_each: float, n: int) -> list[int]:
+    """Which running cells get a second fork server started ahead (their indices), at most `n`.
+
+    Called once the feed is empty: every job will soon be idle but one, and an idle job's help
+    pays its server's start (6-7 s of imports on the GPU runner) before it runs anything. A
+    server started now, in the background, while every job is still busy, costs no job any
+    time. With `n` = jobs - 1 the cells are those with the most expected time left (scenarios
+    left x their mean): the ones an idle job will share. None with fewer than 2 left: a helper
+    takes only what its cell's own job has not started. Ties go to the cell started last (the
+    later index): with nothing else known, it ends last.
+    """
+
+    def left_seconds(cell: Running) -> float:
+        return cell.left * (cell.seconds_each if cell.seconds_each is not None else fallback_each)
+
+    ranked = sorted((i for i, cell in enumerate(running) if cell.left >= 2), key=lambda i: (-left_seconds(running[i]), -i))
+    return ranked[: max(0, n)]

@@ -17,9 +17,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,7 +48,7 @@ from harness.preloads import learned_preload, remember
 from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
-from harness.schedule import Feed, Running, worth_helping
+from harness.schedule import Feed, Running, spares_for, worth_helping
 from harness.zygote import ZygotePool
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
@@ -199,11 +200,17 @@ class Ledger:
     # clock; the rest is forking, handing over and reading back, per scenario
     scenario_run_seconds: float = 0.0
     imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
+    helpers: int = 0  # second fork servers an idle job ran a cell's last scenarios on (tail help)
+    helpers_ahead: int = 0  # of those, started ahead, before the job was idle
+    spares_unused: int = 0  # started ahead and never taken (their start still counts above)
 
     def line(self, zygotes: str, culprits: str) -> str:
+        tail = ""
+        if self.helpers or self.spares_unused:
+            tail = f", tail help: {self.helpers} server(s) ({self.helpers_ahead} started ahead, {self.spares_unused} unused)"
         return (
             f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
-            f" (slowest imports: {_slowest(self.imports)}), scenarios {self.scenario_seconds:.1f} s"
+            f" (slowest imports: {_slowest(self.imports)}){tail}, scenarios {self.scenario_seconds:.1f} s"
             f" (their own code {self.scenario_run_seconds:.1f} s);"
             f" not preloaded (CUDA at import): {culprits}"
         )
@@ -233,10 +240,12 @@ class _Shared:
     ran: int = 0  # runnable scenarios finished
     seconds: float = 0.0  # their seconds
     imports: dict[str, list[str]] = field(default_factory=dict)  # what they imported, for `remember`
+    spare: Future[CellRunner] | None = None  # a second server started ahead, for the job that will help
 
     def running(self) -> Running:
         left = sum(s.name in self.runnable for s, _ in self.left)
-        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, self.start_seconds)
+        start = 0.0 if self.spare is not None else self.start_seconds  # a helper would wait for no imports
+        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, start)
 
 
 class Sweep:
@@ -363,9 +372,11 @@ class Sweep:
             try:
                 while not self._stopping.is_set():
                     if (ready := feed.next()) is not None:
-                        outcomes = self._run_prepared(ready, slot, share)
+                        # the last cell handed out: start the helpers' servers now, while all are busy
+                        spares = len(slots) - 1 if share and feed.exhausted() else 0
+                        outcomes = self._run_prepared(ready, slot, share, spares)
                     elif share and (shared := self._idle_until_help(busy)) is not None:
-                        outcomes = self._help(shared, slot)
+                        outcomes = self._help(*shared, slot)
                     else:
                         return
                     with self._lock:
@@ -388,6 +399,10 @@ class Sweep:
             feed.close()
             if pool is not None:
                 pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
+            with self._lock:  # after a stop: cells left unfinished, their spares unused
+                for shared in self._shared:
+                    self._discard_spare(shared)
+                self._shared = []
         return produced
 
     def stop(self) -> None:
@@ -452,7 +467,7 @@ class Sweep:
         self.culprits.learn(runner.cuda_culprits, env.freeze)
         return runner
 
-    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False) -> list[Outcome]:
+    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, spares: int = 0) -> list[Outcome]:
         cell, env, runner = ready.cell, ready.env, ready.runner
         run_id = self.plan.run_id
         if runner is None:
@@ -463,9 +478,35 @@ class Sweep:
         if share:
             with self._lock:
                 self._shared.append(shared)
+                if spares:
+                    self._start_spares(spares)
         return self._drain(shared, runner, gpus)
 
-    def _idle_until_help(self, busy: list[int]) -> _Shared | None:
+    def _start_spares(self, n: int) -> None:
+        """Second fork servers, started in the background, for the running cells idle jobs will share."""
+        live = [sh for sh in self._shared if sh.left and sh.spare is None]
+        ledger = self.ledger
+        mean = ledger.scenario_seconds / ledger.scenarios_run if ledger.scenarios_run else 0.0
+        for i in spares_for([sh.running() for sh in live], mean, n):
+            env = live[i].ready.env
+            live[i].spare = _in_background(partial(self._start_runner, env, self._runnable(env, list(live[i].left))))
+
+    def _discard_spare(self, shared: _Shared) -> None:
+        """A spare nobody took: closed once started, its start still counted (it was paid for)."""
+        spare, shared.spare = shared.spare, None
+        if spare is not None:
+            spare.add_done_callback(self._close_spare)
+
+    def _close_spare(self, done: Future[CellRunner]) -> None:
+        if done.exception() is not None:
+            return  # a failed start left nothing running; a helper taking it would have raised it
+        runner = done.result()
+        with self._lock:
+            self.ledger.server_start_seconds += runner.server_start_seconds
+            self.ledger.spares_unused += 1
+        runner.close()
+
+    def _idle_until_help(self, busy: list[int]) -> tuple[_Shared, Future[CellRunner] | None] | None:
         """No cell left to take: wait, while other jobs run, for a cell worth sharing.
 
         Waiting rather than leaving at once: the job that took the last cell may still be
@@ -487,8 +528,9 @@ class Sweep:
             with self._lock:
                 busy[0] += 1
 
-    def _to_help(self) -> _Shared | None:
-        """The running cell an idle job should share, if any (`schedule.worth_helping`); reserved for it."""
+    def _to_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
+        """The running cell an idle job should share, if any (`schedule.worth_helping`), reserved
+        for it, with the cell's spare server if one was started ahead (the job takes it)."""
         with self._lock:
             live = [sh for sh in self._shared if sh.left]
             ledger = self.ledger
@@ -498,12 +540,20 @@ class Sweep:
                 return None
             helped = live[chosen]
             helped.jobs += 1
-            return helped
+            spare, helped.spare = helped.spare, None
+            return helped, spare
 
-    def _help(self, shared: _Shared, gpus: list[str] | None) -> list[Outcome]:
-        """Run scenarios of a cell another job is running, on a second fork server of that cell."""
+    def _help(self, shared: _Shared, spare: Future[CellRunner] | None, gpus: list[str] | None) -> list[Outcome]:
+        """Run scenarios of a cell another job is running, on a second fork server of that cell
+        (the spare started ahead, waiting for it if its imports are not done yet)."""
         try:
-            runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
+            with self._lock:
+                self.ledger.helpers += 1
+                self.ledger.helpers_ahead += spare is not None
+            if spare is not None:
+                runner = spare.result()
+            else:
+                runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
         except BaseException:
             with self._lock:
                 shared.jobs -= 1
@@ -552,6 +602,7 @@ class Sweep:
             last = shared.jobs == 0
             if last:
                 self._shared = [sh for sh in self._shared if sh is not shared]  # by identity: it may not be listed
+                self._discard_spare(shared)
         self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
         if last and self.zygotes is not None and self.settings.preload:
             learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
@@ -579,6 +630,20 @@ class Sweep:
             self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
         meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
         return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
+
+
+def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:
+    """`start()` on a daemon thread (as `Feed` prepares cells: Ctrl-C must not wait on imports)."""
+    done: Future[CellRunner] = Future()
+
+    def go() -> None:
+        try:
+            done.set_result(start())
+        except BaseException as exc:  # handed to the helper that takes the spare
+            done.set_exception(exc)
+
+    threading.Thread(target=go, daemon=True).start()
+    return done
 
 
 def _close_runner(prepared: _Prepared) -> None:

@@ -16,6 +16,9 @@
 # Before any shard, untimed (WARMUP=0 skips it): the base interpreter's native libraries are
 # read once (page cache) and CUDA is initialised on every GPU, so the first timed shard does not
 # pay a cold machine that later shards and the other mode do not (it cost 15-20 s before).
+# Both modes run the same scenarios: those that need one GPU at most (a two-GPU scenario is not
+# applicable on one, so "all" would do more work than "one" and the ratio would understate it).
+# SAME_WORK=0 runs every scenario in "all" too.
 # Each finished shard appends "mode k wall_s" to OUTDIR/walls.tsv; then
 #   python benchmarks/gpu_throughput.py OUTDIR
 # prints the two modes side by side, shard by shard.
@@ -29,7 +32,14 @@ touch "$out/walls.tsv"
 "${PYTHON:-python3}" -m pip install --quiet --no-index --target "$deps" .wheelhouse/uv-*.whl
 export PATH="$deps/bin:$PATH" PYTHONPATH="$deps:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 ngpu=$(nvidia-smi -L | wc -l)
-echo "gpus: $ngpu; cpus: $(nproc)"
+echo "gpus: $ngpu; cpus: $(nproc); NUMA: $(lscpu | awk -F: '/^NUMA node\(s\)/ { gsub(/ /, "", $2); print $2 }')"
+nvidia-smi topo -m 2>/dev/null | head -n "$((ngpu + 1))" || true  # which CPUs sit near which GPU
+scenarios=()
+if [[ ${SAME_WORK:-1} == 1 ]]; then
+  read -r -a scenarios <<< "$("${PYTHON:-python3}" -c 'from harness.scenarios import select
+print(" ".join(f"--scenario {s.name}" for s in select([]) if s.requires.gpus <= 1))')"
+  echo "same work in both modes: $((${#scenarios[@]} / 2)) scenarios that need one GPU at most"
+fi
 # What bitsandbytes' import runs (`pip list | grep habana...`) if scenarios saw the host's pip
 echo "pip on PATH: $(command -v pip || echo none); 'pip list' lists $(pip list 2>/dev/null | wc -l) lines in $( { TIMEFORMAT=%R; time pip list >/dev/null 2>&1; } 2>&1 ) s"
 
@@ -46,7 +56,7 @@ sweep() {  # mode part extra-args...
   shift 2
   if UV_CACHE_DIR=/tmp/uv-cache-$mode "${PYTHON:-python3}" -m harness sweep --matrix "$matrix" --device cuda \
     --db "$out/$mode-$part.jsonl" --env-root "/tmp/envs-$mode" --run-id "tp-$(basename "$matrix" .toml)-$mode-$tag" \
-    --no-progress --shard "$part/$nshards" "$@" > "$out/$mode-$part.log" 2>&1; then
+    --no-progress --shard "$part/$nshards" "${scenarios[@]}" "$@" > "$out/$mode-$part.log" 2>&1; then
     wall=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }")
     printf '%s\t%s\t%s\n' "$mode" "$part" "$wall" >> "$out/walls.tsv"
     echo "$mode $part/$nshards: $wall s; $(grep '^time:' "$out/$mode-$part.log" || true)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,45 @@ def test_a_job_with_nothing_left_waits_for_the_last_cell_still_being_prepared(
     for o in outcomes:
         servers.setdefault(o.cell_id, set()).add(o.output_tail.strip())
     assert {cell[-4:]: len(pids) for cell, pids in servers.items()} == {"23.2": 1, "24.0": 1, "24.1": 2}
+
+
+def test_the_helper_takes_a_server_started_before_it_was_idle(tmp_path: Path, env_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every fork server takes 2 s to start. Cell 1's scenarios take 0.5 s, cells 2 and 3's
+    # 1 s. Job A ends cell 1 first and takes cell 3, the last: the feed is empty, so a second
+    # server for cell 3 starts then, in the background. When job B ends cell 2 about 3 s later
+    # it shares cell 3 at once, instead of idling 2 s while a server starts (by when cell 3's
+    # own job would have taken what was left).
+    matrix = write_matrix(tmp_path / "m.toml", ["23.2", "24.0", "24.1"])
+    scenarios = []
+    for i in range(6):
+        path = tmp_path / f"slow_{i}.py"
+        path.write_text(
+            "import os, time\nfrom importlib.metadata import version\n"
+            "time.sleep(0.5 if version('packaging') == '23.2' else 1.0)\nprint(os.getppid())\n"
+        )
+        scenarios.append(str(path))
+    options = SweepOptions(matrix=matrix, db=tmp_path / "out.jsonl", scenarios=scenarios, env_root=env_root)
+    options.jobs = 2
+    real_start = Sweep._start_runner
+
+    def slow_start(self: Sweep, env: EnvResult, runnable: list) -> object:  # type: ignore[type-arg]
+        time.sleep(2)
+        return real_start(self, env, runnable)
+
+    monkeypatch.setattr(Sweep, "_start_runner", slow_start)
+    with open_store(options.db) as store:
+        sweep = Sweep(plan(options), store)
+        outcomes = sweep.run()
+    assert [o.status.value for o in outcomes] == ["pass"] * 18
+    assert "tail help: 1 server(s) (1 started ahead, 0 unused)" in sweep.timing_line()
+    by_cell: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_cell.setdefault(o.cell_id[-4:], []).append(o)
+    servers = {cell: {o.output_tail.strip() for o in rows} for cell, rows in by_cell.items()}
+    assert {cell: len(pids) for cell, pids in servers.items()} == {"23.2": 1, "24.0": 1, "24.1": 2}
+    own = by_cell["24.1"][0].output_tail.strip()  # cell 3's first scenario ran on its own server
+    helper = [o for o in by_cell["24.1"] if o.output_tail.strip() != own]
+    started = [datetime.fromisoformat(o.started_at).timestamp() for o in helper]
+    cell2_end = max(datetime.fromisoformat(o.started_at).timestamp() + o.seconds for o in by_cell["24.0"])
+    # the helper's first scenario began as job B went idle, not a server start (2 s) later
+    assert min(started) - cell2_end < 1.0, (min(started) - cell2_end, len(helper))
