@@ -184,7 +184,7 @@ class CellRunner:
         self.isolation = isolation
         # Modules known (from earlier cells) to initialise CUDA at import are not even tried.
         self.avoid = set(avoid or ())
-        self.entries = [e for e in preload_entries(preload or [], learned) if e["name"] not in self.avoid]
+        self.entries = without_culprits(preload_entries(preload or [], learned), self.avoid)
         self.zygotes = zygotes
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
         self.tmp = Path(self._tmp.name)
@@ -268,7 +268,7 @@ class CellRunner:
             self.cuda_initialized_by = culprit
             self.cuda_culprits.append(culprit)
             self._stop_server()
-            self.entries = [e for e in self.entries if e["name"] != culprit]
+            self.entries = without_culprits(self.entries, self.avoid | set(self.cuda_culprits))
             self._start_server()
 
     def _fork_from_zygote(self, argv: list[str]) -> dict[str, Any] | None:
@@ -423,6 +423,41 @@ class CellRunner:
             imported=modules,
             run_seconds=float(ran) if isinstance(ran, int | float) else None,
         )
+
+
+def without_culprits(entries: list[dict[str, Any]], culprits: set[str]) -> list[dict[str, Any]]:
+    """The preload entries less those that initialise CUDA at import.
+
+    A library's learned group (`transformers.*`) that did is not dropped whole: its modules
+    become entries of their own, each probed, so only the one that initialises CUDA goes. On
+    the GPU runner the group held `transformers.integrations.bitsandbytes`, which imports
+    bitsandbytes: dropping the group left transformers itself unpreloaded, and every scenario
+    imported it again (2-3 s each, 72 % slower scenarios on a second sweep). A split entry
+    keeps its group's name under "group", so what it preloads is still learned for next time.
+    A module under a culprit package is not tried: importing it imports the package first
+    (peft 0.21.0 initialises CUDA in `peft` itself; each `peft.*` module would cost a restart).
+
+    >>> group = {"name": "lib.*", "modules": ["lib.a", "lib.greedy", "lib.greedy.sub", "lib.b"]}
+    >>> [e["name"] for e in without_culprits([{"name": "torch", "modules": ["torch"]}, group], {"lib.*", "lib.greedy"})]
+    ['torch', 'lib.a', 'lib.b']
+    >>> without_culprits([{"name": "peft.*", "modules": ["peft", "peft.tuners.lora"]}], {"peft.*", "peft"})
+    []
+    """
+    kept: list[dict[str, Any]] = []
+    for entry in entries:
+        name = entry["name"]
+        if name not in culprits:
+            kept.append(entry)
+        elif name.endswith(".*"):
+            split = [{"name": m, "modules": [m], "group": name} for m in entry["modules"]]
+            kept += [e for e in split if not _under_culprit(e["name"], culprits)]
+    return kept
+
+
+def _under_culprit(module: str, culprits: set[str]) -> bool:
+    """`module`, or a package it lives in, initialises CUDA at import."""
+    parts = module.split(".")
+    return any(".".join(parts[:i]) in culprits for i in range(1, len(parts) + 1))
 
 
 def preload_entries(preload: list[str], learned: list[str] | None) -> list[dict[str, Any]]:

@@ -605,7 +605,7 @@ class Sweep:
                 self._discard_spare(shared)
         self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
         if last and self.zygotes is not None and self.settings.preload:
-            learned = [m for e in runner.entries if e["name"] in runner.preloaded and e["name"].endswith(".*") for m in e["modules"]]
+            learned = [m for e in runner.entries if e["name"] in runner.preloaded and _learned_entry(e) for m in e["modules"]]
             remember(env.location, [s for s, _ in shared.ready.todo], shared.imports, learned)
 
     def _emit(self, made: Outcome, cell: Cell) -> Outcome:
@@ -644,6 +644,11 @@ def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:
 
     threading.Thread(target=go, daemon=True).start()
     return done
+
+
+def _learned_entry(entry: dict[str, Any]) -> bool:
+    """A preload entry from the cell's learned modules: a library's group, or one split from it."""
+    return str(entry["name"]).endswith(".*") or "group" in entry
 
 
 def _close_runner(prepared: _Prepared) -> None:

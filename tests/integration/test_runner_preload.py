@@ -132,3 +132,34 @@ def test_preloading_asks_nvml_and_scenarios_get_the_default_back(tmp_path: Path)
         assert runner.preloaded == ["torch", "careful"]
     if not os_env_had:
         assert raw.output_tail.strip() == "unset"
+
+
+def test_a_learned_group_that_initialises_cuda_loses_only_the_module_that_does(tmp_path: Path) -> None:
+    # What the GPU runner's second sweep hit: transformers' learned group held a module that
+    # imports bitsandbytes. Dropping the group whole left transformers unpreloaded, and every
+    # scenario imported it again. Only the culprit module may go.
+    (tmp_path / "torch.py").write_text(FAKE_TORCH)
+    (tmp_path / "greedy_lib.py").write_text(GREEDY)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "__init__.py").write_text("")
+    (lib / "clean_a.py").write_text("")
+    (lib / "bridge.py").write_text("import greedy_lib\n")  # as transformers.integrations.bitsandbytes
+    (lib / "clean_b.py").write_text("")
+    learned = ["torch", "lib.clean_a", "lib.bridge", "lib.clean_b"]
+    scenario = tmp_path / "where.py"
+    scenario.write_text("import sys\nprint(sorted(m for m in ('lib.clean_a', 'lib.bridge', 'lib.clean_b', 'greedy_lib') if m in sys.modules))\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    with CellRunner(sys.executable, isolation="fork", preload=["torch"], env=env, learned=learned) as runner:
+        raw = runner.run(scenario, timeout=30)
+        # the group first, then its modules one by one: the culprit found, the rest kept
+        assert runner.cuda_culprits == ["lib.*", "lib.bridge"]
+        assert runner.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
+        found = set(runner.cuda_culprits)
+    assert raw.output_tail.strip() == "['lib.clean_a', 'lib.clean_b']"
+    # the next cell knows both: it splits the group at once and never tries the culprit
+    with CellRunner(sys.executable, isolation="fork", preload=["torch"], env=env, learned=learned, avoid=found) as runner:
+        raw = runner.run(scenario, timeout=30)
+        assert runner.cuda_culprits == []
+        assert runner.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
+    assert raw.output_tail.strip() == "['lib.clean_a', 'lib.clean_b']"
