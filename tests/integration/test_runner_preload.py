@@ -148,7 +148,8 @@ def test_a_learned_group_that_initialises_cuda_loses_only_the_module_that_does(t
     (lib / "clean_b.py").write_text("")
     learned = ["torch", "lib.clean_a", "lib.bridge", "lib.clean_b"]
     scenario = tmp_path / "where.py"
-    scenario.write_text("import sys\nprint(sorted(m for m in ('lib.clean_a', 'lib.bridge', 'lib.clean_b', 'greedy_lib') if m in sys.modules))\n")
+    names = "('lib.clean_a', 'lib.bridge', 'lib.clean_b', 'greedy_lib')"
+    scenario.write_text(f"import sys\nprint(sorted(m for m in {names} if m in sys.modules))\n")
     env = {"PYTHONPATH": str(tmp_path)}
     with CellRunner(sys.executable, isolation="fork", preload=["torch"], env=env, learned=learned) as runner:
         raw = runner.run(scenario, timeout=30)
