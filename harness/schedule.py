@@ -107,6 +107,10 @@ class Running:
     seconds_each: float | None  # its finished scenarios' mean seconds (None before the first)
     start_seconds: float  # what its fork server took to start: a helper's second server costs as much
 
+    def seconds_left(self, fallback_each: float) -> float:
+        """Its scenarios not started yet x their mean (the sweep's, before one of its own finished)."""
+        return self.left * (self.seconds_each if self.seconds_each is not None else fallback_each)
+
 
 def worth_helping(running: Sequence[Running], fallback_each: float) -> int | None:
     """Which running cell an idle job should share (its index), or None: go home.
@@ -121,8 +125,7 @@ def worth_helping(running: Sequence[Running], fallback_each: float) -> int | Non
     """
     best, best_gain = None, 0.0
     for i, cell in enumerate(running):
-        each = cell.seconds_each if cell.seconds_each is not None else fallback_each
-        gain = (cell.left * each - cell.start_seconds) / 2
+        gain = (cell.seconds_left(fallback_each) - cell.start_seconds) / 2
         if cell.left >= 2 and gain > best_gain:
             best, best_gain = i, gain
     return best
@@ -139,9 +142,5 @@ def spares_for(running: Sequence[Running], fallback_each: float, n: int) -> list
     takes only what its cell's own job has not started. Ties go to the cell started last (the
     later index): with nothing else known, it ends last.
     """
-
-    def left_seconds(cell: Running) -> float:
-        return cell.left * (cell.seconds_each if cell.seconds_each is not None else fallback_each)
-
-    ranked = sorted((i for i, cell in enumerate(running) if cell.left >= 2), key=lambda i: (-left_seconds(running[i]), -i))
+    ranked = sorted((i for i, cell in enumerate(running) if cell.left >= 2), key=lambda i: (-running[i].seconds_left(fallback_each), -i))
     return ranked[: max(0, n)]

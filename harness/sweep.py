@@ -204,6 +204,10 @@ class Ledger:
     helpers_ahead: int = 0  # of those, started ahead, before the job was idle
     spares_unused: int = 0  # started ahead and never taken (their start still counts above)
 
+    def mean_scenario_seconds(self) -> float:
+        """Per scenario run so far (0 before the first): the guess for a cell none of whose finished."""
+        return self.scenario_seconds / self.scenarios_run if self.scenarios_run else 0.0
+
     def line(self, zygotes: str, culprits: str) -> str:
         tail = ""
         if self.helpers or self.spares_unused:
@@ -485,9 +489,7 @@ class Sweep:
     def _start_spares(self, n: int) -> None:
         """Second fork servers, started in the background, for the running cells idle jobs will share."""
         live = [sh for sh in self._shared if sh.left and sh.spare is None]
-        ledger = self.ledger
-        mean = ledger.scenario_seconds / ledger.scenarios_run if ledger.scenarios_run else 0.0
-        for i in spares_for([sh.running() for sh in live], mean, n):
+        for i in spares_for([sh.running() for sh in live], self.ledger.mean_scenario_seconds(), n):
             env = live[i].ready.env
             live[i].spare = _in_background(partial(self._start_runner, env, self._runnable(env, list(live[i].left))))
 
@@ -533,9 +535,7 @@ class Sweep:
         for it, with the cell's spare server if one was started ahead (the job takes it)."""
         with self._lock:
             live = [sh for sh in self._shared if sh.left]
-            ledger = self.ledger
-            mean = ledger.scenario_seconds / ledger.scenarios_run if ledger.scenarios_run else 0.0
-            chosen = worth_helping([sh.running() for sh in live], mean)
+            chosen = worth_helping([sh.running() for sh in live], self.ledger.mean_scenario_seconds())
             if chosen is None:
                 return None
             helped = live[chosen]
@@ -547,9 +547,6 @@ class Sweep:
         """Run scenarios of a cell another job is running, on a second fork server of that cell
         (the spare started ahead, waiting for it if its imports are not done yet)."""
         try:
-            with self._lock:
-                self.ledger.helpers += 1
-                self.ledger.helpers_ahead += spare is not None
             if spare is not None:
                 runner = spare.result()
             else:
@@ -558,6 +555,9 @@ class Sweep:
             with self._lock:
                 shared.jobs -= 1
             raise
+        with self._lock:
+            self.ledger.helpers += 1
+            self.ledger.helpers_ahead += spare is not None
         return self._drain(shared, runner, gpus)
 
     def _drain(self, shared: _Shared, runner: CellRunner, gpus: list[str] | None) -> list[Outcome]:

@@ -36,8 +36,11 @@ echo "gpus: $ngpu; cpus: $(nproc); NUMA: $(lscpu | awk -F: '/^NUMA node\(s\)/ { 
 nvidia-smi topo -m 2>/dev/null | head -n "$((ngpu + 1))" || true  # which CPUs sit near which GPU
 scenarios=()
 if [[ ${SAME_WORK:-1} == 1 ]]; then
-  read -r -a scenarios <<< "$("${PYTHON:-python3}" -c 'from harness.scenarios import select
-print(" ".join(f"--scenario {s.name}" for s in select([]) if s.requires.gpus <= 1))')"
+  # the matrix's own scenarios (every one in scenarios/ if it names none), less multi-GPU ones
+  read -r -a scenarios <<< "$("${PYTHON:-python3}" -c 'import sys; from pathlib import Path
+from harness.matrix import load_matrix; from harness.scenarios import select
+names = select(load_matrix(Path(sys.argv[1])).settings.scenarios)
+print(" ".join(f"--scenario {s.path}" for s in names if s.requires.gpus <= 1))' "$matrix")"
   echo "same work in both modes: $((${#scenarios[@]} / 2)) scenarios that need one GPU at most"
 fi
 # What bitsandbytes' import runs (`pip list | grep habana...`) if scenarios saw the host's pip
