@@ -8,15 +8,14 @@ releases would be invisible and "fixed in X" would claim more than was built.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from harness import queries
-from harness.analysis.attribution import Attribution, attribute, to_rows
-from harness.analysis.rows import points, requested
+from harness.analysis.attribution import Attribution, attribute, release_axes, to_rows, unlisted_axes
 from harness.candidates import IndexUnreachable, PackageIndex, install_tags, listed_releases, python_version_of
 from harness.errors import BadInput
 from harness.matrix import Settings
@@ -30,16 +29,6 @@ class Attributed:
     result: Attribution
     outcomes: int
     unlisted: tuple[str, ...]  # axes whose releases on the index could not be listed: their answers are ranges
-
-
-def release_axes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Axes along which cells ran two or more releases: the only ones a range between releases can lie on."""
-    found: dict[str, set[str]] = {}
-    for row in rows:
-        for axis, point in points(row).items():
-            if point.release is not None and requested(row).get(axis) != "inherit":
-                found.setdefault(axis, set()).add(point.value)
-    return sorted(axis for axis, values in found.items() if len(values) > 1)
 
 
 def index_releases(
@@ -92,7 +81,7 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
             if fetched:
                 store.record_releases("", fetched)
         known = queries.known_releases(store)
-        unlisted = [a for a in axes if a not in known]
+        unlisted = unlisted_axes(rows, known)
         wanted = [r for r in rows if r["scenario"] in scenarios] if scenarios else rows
         # Every scenario's versions are known releases: a gap on one line may be tested on another.
         result = attribute(wanted, known_versions=known, unlisted=unlisted)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__, live
-from harness.analysis.attribution import attribute
+from harness.analysis.attribution import attribute, unlisted_axes
 from harness.analysis.refine import Plan
 from harness.envs import EnvResult
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
@@ -160,7 +160,8 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         console.print(refined)
     console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
     # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
-    render(everything, console, title=f"run {sweep_plan.run_id}", attribution=attribute(everything, known_versions=known), wide=args.wide)
+    attribution = attribute(everything, known_versions=known, unlisted=unlisted_axes(everything, known))
+    render(everything, console, title=f"run {sweep_plan.run_id}", attribution=attribution, wide=args.wide)
     return EXIT_OK
 
 
@@ -286,7 +287,8 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
             print(json.dumps(row, default=str))
         return EXIT_OK
     title = f"{args.db}" + (f" run {args.run_id}" if args.run_id else "")
-    render(rows, console, title=title, attribution=attribute(rows, known_versions=known), wide=args.wide)
+    attribution = attribute(rows, known_versions=known, unlisted=unlisted_axes(rows, known))
+    render(rows, console, title=title, attribution=attribution, wide=args.wide)
     return EXIT_OK
 
 

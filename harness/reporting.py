@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import queries
-from harness.analysis.attribution import attribute, seen_versions, to_rows
+from harness.analysis.attribution import attribute, seen_versions, to_rows, unlisted_axes
 from harness.analysis.report import render_cell_report, render_signature_report
 from harness.analysis.rows import distance, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES
-from harness.attributing import release_axes
 from harness.errors import BadInput
 from harness.scenarios import available, load_scenario
 from harness.store import Store
@@ -91,7 +90,7 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
     # An axis whose releases the file never listed is "unlisted", as in `harness attribute --offline`.
     seen = seen_versions({(r["run_id"], r["cell_id"]): r for r in everything}.values())
     releases = {axis: [*seen.get(axis, []), *known.get(axis, [])] for axis in {*seen, *known}}
-    unlisted = [axis for axis in release_axes(rows) if axis not in known]
+    unlisted = unlisted_axes(rows, known)
     transitions = to_rows(attribute(rows, known_versions=releases, unlisted=unlisted))
     files, docs = _scenario_texts(scenarios)
     if signature:

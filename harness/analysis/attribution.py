@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from harness.analysis.rows import Machine, axis_sort, machine_of, points, signature_of
+from harness.analysis.rows import Machine, axis_sort, machine_of, points, requested, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
 from harness.analysis.versions import Point, between, commit_index, order_key, release
 
@@ -601,3 +601,20 @@ def headline_of(row: Mapping[str, Any]) -> str:
     if kind in ("introduced", "fixed"):
         return Transition.from_dict(row).headline()
     return str(row.get("description") or "")
+
+
+def release_axes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Axes along which cells ran two or more releases: the only ones a range between releases can lie on."""
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        for axis, point in points(row).items():
+            if point.release is not None and requested(row).get(axis) != "inherit":
+                found.setdefault(axis, set()).add(point.value)
+    return sorted(axis for axis, values in found.items() if len(values) > 1)
+
+
+def unlisted_axes(rows: Iterable[Mapping[str, Any]], known: Mapping[str, Any]) -> list[str]:
+    """Axes along which cells ran several releases that no run listed from the index (an offline
+    runner's `no_index` sweep): a change along them is a range, never "in X", since a release
+    between the two tested ones would be invisible."""
+    return [axis for axis in release_axes(rows) if axis not in known]

@@ -140,6 +140,21 @@ def test_an_axis_whose_releases_were_never_listed_gives_only_ranges(tmp_path: Pa
     assert [r["untested"] for r in stored(db)] == [["any release between (the index's releases were not listed)"]] * 2
 
 
+def test_summary_of_a_file_that_never_listed_releases_prints_ranges(db: Path) -> None:
+    # What an offline GPU runner's sweep (no_index) leaves: outcomes, no list of releases. The
+    # summary, and the sweep's own closing print, printed "fixed in accelerate 1.14.0" there.
+    listed = run_cli("summary", "--db", str(db), "--run-id", R1)
+    assert listed.returncode == 0, listed.stderr
+    assert "fixed in accelerate 1.14.0 (after 1.13.0)" in listed.stdout  # listed: exact
+    with Store(db) as store:
+        store.con.execute("DELETE FROM releases")
+    proc = run_cli("summary", "--db", str(db), "--run-id", R1)
+    assert proc.returncode == 0, proc.stderr
+    assert "fixed in accelerate" not in proc.stdout
+    flat = " ".join(proc.stdout.split())
+    assert "fixed between accelerate 1.13.0 (fails) and 1.14.0 (passes); not built: any release between" in flat
+
+
 def test_attribute_online_takes_the_index_list(db: Path) -> None:
     # without --offline the index is asked (PyPI here): its accelerate list has 1.14.0 between
     with Store(db) as store:
