@@ -273,39 +273,201 @@ def _decode_status(status: int) -> dict[str, Any]:
     return {"exit": os.WEXITSTATUS(status), "signal": None}
 
 
+def _importing() -> list[str]:
+    """The modules whose top-level code is running now, outermost first: each is importing the next."""
+    names = []
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if frame.f_code.co_name == "<module>" and isinstance(name, str) and name != "__main__" and name in sys.modules:
+            names.append(name)
+        frame = frame.f_back
+    return names[::-1]
+
+
+def _under(module: str, packages: Any) -> bool:
+    """`module` is one of `packages` or lives inside one."""
+    parts = module.split(".")
+    return any(".".join(parts[:i]) in packages for i in range(1, len(parts) + 1))
+
+
+def _nvml_capabilities() -> list[tuple[int, int]]:
+    """Every GPU's CUDA compute capability, asked of NVML: unlike the CUDA runtime, NVML does
+    not make a fork unusable. [] where NVML cannot tell."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return []
+    if nvml.nvmlInit_v2() != 0:
+        return []
+    try:
+        count = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return []
+        found = []
+        for index in range(count.value):
+            handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+                return []
+            if nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+                return []
+            found.append((major.value, minor.value))
+        return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+class _CudaWatch:
+    """Who makes CUDA unusable in a fork while the server preloads, found in one pass.
+
+    torch reaches the driver through two calls, `torch._C._cuda_init` (initialisation) and
+    `torch._C._cuda_getDeviceCount` (poisons fork without initialising): wrapped, they record
+    the chain of modules being imported at that moment (`peft` -> ... -> `bitsandbytes.cextension`).
+    Every module on a chain initialises CUDA when imported fresh. Once one has, this process is
+    of no use to fork from, so the rest of the preload goes on only to find the others: a
+    module that imports one already found (`transformers.integrations.bitsandbytes` importing
+    `bitsandbytes`) is caught at its import statement. The harness then restarts once, without
+    all of them, whatever their number.
+
+    bitsandbytes asks `torch.cuda.get_device_capability` at import, which initialises CUDA. When
+    NVML reports one capability for every GPU of the machine, the same answer comes from NVML
+    while preloading, so bitsandbytes, and what imports it (peft), can be preloaded; a GPU that
+    differs, or no NVML, leaves torch's own call (and so a culprit). Everything is put back before
+    the first fork; a function kept by reference calls torch's own from then on.
+    """
+
+    def __init__(self) -> None:
+        self.chains: list[list[str]] = []
+        self.current = ""  # the module the preload is importing now
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._armed = False
+        self._preloading = True
+        self._import: Any = None
+
+    @property
+    def doomed(self) -> bool:
+        return bool(self.chains)
+
+    def culprits(self) -> list[str]:
+        """The modules found, fewest names: one inside another found is left out."""
+        found = dict.fromkeys(m for chain in self.chains for m in chain)
+        return [m for m in found if not _under(m.rpartition(".")[0], found)] if found else []
+
+    def blame(self, chain: list[str]) -> None:
+        self.chains.append(chain or [self.current])
+        if self._import is None:
+            self._watch_imports()
+
+    def arm(self) -> None:
+        """Wrap torch's entry points to the driver, once torch is imported (the first entry)."""
+        torch = sys.modules.get("torch")
+        if self._armed or torch is None:
+            return
+        self._armed = True
+        c_module = getattr(torch, "_C", None)
+        for name in ("_cuda_init", "_cuda_getDeviceCount"):
+            real = getattr(c_module, name, None)
+            if real is not None:
+                self._replace(c_module, name, self._recording(real, torch))
+        cuda = getattr(torch, "cuda", None)
+        real_capability = getattr(cuda, "get_device_capability", None)
+        if real_capability is not None and hasattr(c_module, "_cuda_isInBadFork"):
+            caps = set(_nvml_capabilities())
+            if len(caps) == 1:
+                self._replace(cuda, "get_device_capability", self._capability(real_capability, caps.pop(), torch))
+
+    def _replace(self, owner: Any, name: str, new: Any) -> None:
+        self._undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, new)
+
+    def _recording(self, real: Any, torch: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # After initialisation torch counts devices through the driver: no news then.
+            if self._preloading and not getattr(torch.cuda, "_initialized", False):
+                self.blame(_importing())
+            return real(*args, **kwargs)
+
+        return call
+
+    def _capability(self, real: Any, answer: tuple[int, int], torch: Any) -> Any:
+        def get_device_capability(device: Any = None) -> tuple[int, int]:
+            if self._preloading and not torch.cuda.is_initialized():
+                return answer
+            return real(device)
+
+        return get_device_capability
+
+    def _watch_imports(self) -> None:
+        """From the first culprit on (this process is to be thrown away): every import statement
+        that names a module found so far blames the modules running it."""
+        import builtins
+
+        real = builtins.__import__
+
+        def watched(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+            target = name
+            if level and globals:
+                package = globals.get("__package__") or globals.get("__name__", "").rpartition(".")[0]
+                base = package.rsplit(".", level - 1)[0] if level > 1 else package
+                target = f"{base}.{name}" if name else base
+            found = dict.fromkeys(m for chain in self.chains for m in chain)
+            names = [target, *(f"{target}.{item}" for item in (fromlist or ()) if item != "*")]
+            if any(_under(n, found) for n in names):
+                self.chains.append([*_importing(), target])
+            return real(name, globals, locals, fromlist, level)
+
+        self._import = real
+        self._replace(builtins, "__import__", watched)
+
+    def disarm(self) -> None:
+        self._preloading = False
+        for owner, name, real in reversed(self._undo):
+            setattr(owner, name, real)
+        self._undo.clear()
+
+
 def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Import each entry's modules in order; stop at the first entry after which CUDA is unusable
-    in a fork (the harness starts again without it). An entry is {"name", "modules"}: one
-    module from the matrix's `preload`, or one library's modules learned from the last run
-    (probed once for the group: a fork probe per module would cost seconds on a GPU)."""
+    """Import each entry's modules in order. An entry is {"name", "modules"}: one module from
+    the matrix's `preload`, or one library's modules learned from the last run.
+
+    An entry after which CUDA is unusable in a fork is not ready; the modules that made it so are
+    reported ("cuda_culprits", see `_CudaWatch`), and the harness starts again without them."""
     imported: list[str] = []
     seconds: dict[str, float] = {}
-    cuda_by = ""
+    watch = _CudaWatch()
     # While preloading, torch.cuda.is_available() asks NVML instead of initialising the driver
     # (which would poison fork); scenarios get the user's setting back.
     nvml_check = os.environ.get(NVML_CHECK)
     os.environ.setdefault(NVML_CHECK, "1")
-    for entry in entries:
-        started = time.monotonic()
-        done = 0
-        for module in entry["modules"]:
-            try:
-                __import__(module)
-                done += 1
-            except Exception:  # a cell without the module simply imports nothing
+    try:
+        for entry in entries:
+            started = time.monotonic()
+            done = 0
+            for module in entry["modules"]:
+                if watch.doomed and _under(module, watch.culprits()):
+                    continue  # found already: importing it again teaches nothing
+                watch.arm()
+                watch.current = module
+                try:
+                    __import__(module)
+                    done += 1
+                except Exception:  # a cell without the module simply imports nothing
+                    continue
+            if not done or watch.doomed:
                 continue
-        if not done:
-            continue
-        imported.append(entry["name"])
-        seconds[entry["name"]] = round(time.monotonic() - started, 3)
-        if _cuda_initialized():
-            # A forked child cannot use a CUDA context its parent created: the harness
-            # restarts this process without this entry (and what follows it).
-            cuda_by = entry["name"]
-            break
-    if nvml_check is None:
-        os.environ.pop(NVML_CHECK, None)
-    return {"ready": imported, "cuda_initialized_by": cuda_by, "seconds": seconds}
+            if _cuda_initialized():  # by a way the watch does not see (or torch without the calls it wraps)
+                watch.blame([entry["name"]])
+                continue
+            imported.append(entry["name"])
+            seconds[entry["name"]] = round(time.monotonic() - started, 3)
+    finally:
+        watch.disarm()
+        if nvml_check is None:
+            os.environ.pop(NVML_CHECK, None)
+    culprits = watch.culprits()
+    return {"ready": imported, "cuda_initialized_by": culprits[0] if culprits else "", "cuda_culprits": culprits, "seconds": seconds}
 
 
 def _entries(args: list[str]) -> list[dict[str, Any]]:

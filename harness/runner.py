@@ -194,6 +194,8 @@ class CellRunner:
         self._selector: selectors.BaseSelector | None = None
         self._buffer = b""
         self.server_start_seconds = 0.0
+        self.server_starts = 0  # each start of the fork server, restarts included
+        self.cuda_restarts = 0  # of those, starts again without modules that initialised CUDA
         self.preloaded: list[str] = []
         self.cuda_initialized_by = ""
         self.cuda_culprits: list[str] = []
@@ -260,15 +262,17 @@ class CellRunner:
         self.preloaded = list(ready["ready"])
         self.preload_seconds = dict(ready.get("seconds", {}))
         self.server_start_seconds += time.monotonic() - started
-        culprit = ready.get("cuda_initialized_by")
-        if culprit:
-            # Importing `culprit` initialised CUDA, which a forked scenario could not use:
-            # start again without it. Only the culprit goes: what follows it may be clean,
-            # and if it imports the culprit itself, the next start finds that out too.
-            self.cuda_initialized_by = culprit
-            self.cuda_culprits.append(culprit)
+        self.server_starts += 1
+        found = [str(m) for m in ready.get("cuda_culprits") or [ready.get("cuda_initialized_by")] if m]
+        if found:
+            # These modules made CUDA unusable in a fork, which a forked scenario could not
+            # use: start again without them, once for all of them (the server kept importing to
+            # find every one). What follows them may be clean; only what imports one goes.
+            self.cuda_initialized_by = found[0]
+            self.cuda_culprits += [m for m in found if m not in self.cuda_culprits]
             self._stop_server()
             self.entries = without_culprits(self.entries, self.avoid | set(self.cuda_culprits))
+            self.cuda_restarts += 1
             self._start_server()
 
     def _fork_from_zygote(self, argv: list[str]) -> dict[str, Any] | None:
@@ -426,31 +430,34 @@ class CellRunner:
 
 
 def without_culprits(entries: list[dict[str, Any]], culprits: set[str]) -> list[dict[str, Any]]:
-    """The preload entries less those that initialise CUDA at import.
+    """The preload entries less the modules that initialise CUDA at import, or live in a package that does.
 
-    A library's learned group (`transformers.*`) that did is not dropped whole: its modules
-    become entries of their own, each probed, so only the one that initialises CUDA goes. On
-    the GPU runner the group held `transformers.integrations.bitsandbytes`, which imports
-    bitsandbytes: dropping the group left transformers itself unpreloaded, and every scenario
-    imported it again (2-3 s each, 72 % slower scenarios on a second sweep). A split entry
-    keeps its group's name under "group", so what it preloads is still learned for next time.
-    A module under a culprit package is not tried: importing it imports the package first
-    (peft 0.21.0 initialises CUDA in `peft` itself; each `peft.*` module would cost a restart).
+    A library's learned group (`transformers.*`) keeps its other modules: on the GPU runner it
+    held `transformers.integrations.bitsandbytes`, which imports bitsandbytes, and dropping the
+    group whole left transformers unpreloaded (every scenario imported it again, 2-3 s each).
+    A module under a culprit package is never tried: importing it imports the package first
+    (each `peft.*` module would cost a restart). A group named as a culprit by an older memory
+    (`lib.*`) is split into its modules, each probed; they keep the group's name under "group",
+    so what they preload is still learned for next time.
 
     >>> group = {"name": "lib.*", "modules": ["lib.a", "lib.greedy", "lib.greedy.sub", "lib.b"]}
-    >>> [e["name"] for e in without_culprits([{"name": "torch", "modules": ["torch"]}, group], {"lib.*", "lib.greedy"})]
-    ['torch', 'lib.a', 'lib.b']
-    >>> without_culprits([{"name": "peft.*", "modules": ["peft", "peft.tuners.lora"]}], {"peft.*", "peft"})
+    >>> [e["modules"] for e in without_culprits([{"name": "torch", "modules": ["torch"]}, group], {"lib.greedy"})]
+    [['torch'], ['lib.a', 'lib.b']]
+    >>> [e["name"] for e in without_culprits([group], {"lib.*"})]
+    ['lib.a', 'lib.greedy', 'lib.greedy.sub', 'lib.b']
+    >>> without_culprits([{"name": "peft.*", "modules": ["peft", "peft.tuners.lora"]}], {"peft"})
     []
     """
     kept: list[dict[str, Any]] = []
     for entry in entries:
         name = entry["name"]
-        if name not in culprits:
-            kept.append(entry)
-        elif name.endswith(".*"):
+        if name in culprits and name.endswith(".*"):
             split = [{"name": m, "modules": [m], "group": name} for m in entry["modules"]]
             kept += [e for e in split if not _under_culprit(e["name"], culprits)]
+            continue
+        modules = [m for m in entry["modules"] if not _under_culprit(m, culprits)]
+        if modules and name not in culprits:
+            kept.append({**entry, "modules": modules})
     return kept
 
 

@@ -194,6 +194,8 @@ class Ledger:
     env_seconds: float = 0.0
     envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
     server_start_seconds: float = 0.0
+    server_starts: int = 0
+    cuda_restarts: int = 0  # of those, starts again without modules found to initialise CUDA
     scenario_seconds: float = 0.0
     scenarios_run: int = 0  # outcomes behind scenario_seconds (not-applicable ones never run)
     # of those, the scenario files' own run (their code, imports included), by the child's
@@ -214,7 +216,8 @@ class Ledger:
             tail = f", tail help: {self.helpers} server(s) ({self.helpers_ahead} started ahead, {self.spares_unused} unused)"
         return (
             f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
-            f" (slowest imports: {_slowest(self.imports)}){tail}, scenarios {self.scenario_seconds:.1f} s"
+            f" ({self.server_starts}, {self.cuda_restarts} for CUDA; slowest imports: {_slowest(self.imports)}){tail},"
+            f" scenarios {self.scenario_seconds:.1f} s"
             f" (their own code {self.scenario_run_seconds:.1f} s);"
             f" not preloaded (CUDA at import): {culprits}"
         )
@@ -505,6 +508,8 @@ class Sweep:
         runner = done.result()
         with self._lock:
             self.ledger.server_start_seconds += runner.server_start_seconds
+            self.ledger.server_starts += runner.server_starts
+            self.ledger.cuda_restarts += runner.cuda_restarts
             self.ledger.spares_unused += 1
         runner.close()
 
@@ -595,6 +600,8 @@ class Sweep:
         env = shared.ready.env
         with self._lock:
             self.ledger.server_start_seconds += runner.server_start_seconds
+            self.ledger.server_starts += runner.server_starts
+            self.ledger.cuda_restarts += runner.cuda_restarts
             for module, seconds in runner.preload_seconds.items():
                 self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             shared.imports.update(runner.imports)
