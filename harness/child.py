@@ -46,6 +46,8 @@ from typing import Any
 OUTPUT_LIMIT_BYTES = 256 * 2**20
 KIT_DIR_ENV = "HARNESS_KIT_DIR"
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+#: Modules the harness knows to initialise CUDA at import, comma-separated (see `_importers_of`).
+CULPRITS_ENV = "HARNESS_CUDA_CULPRITS"
 LIFELINE_ENV = "HARNESS_LIFELINE_FD"
 ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"
 #: Exit code of a process forked from a zygote that refused a cell (its files differ).
@@ -118,6 +120,9 @@ def run_scenario(scenario: str, result: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     record["imported"] = _new_imports(before, [os.path.dirname(scenario), kit_dir or ""])
+    culprits = [c for c in os.environ.get(CULPRITS_ENV, "").split(",") if c]
+    if culprits:
+        record["imports_culprit"] = _importers_of(culprits, before)
     _write_json(result, record)
     return code
 
@@ -135,6 +140,41 @@ def _new_imports(before: set[str], skip_dirs: list[str]) -> list[str]:
             names.append(name)
     parents = {n.rpartition(".")[0] for n in names}
     return [n for n in names if n not in parents]
+
+
+def _importers_of(culprits: list[str], before: set[str]) -> dict[str, str]:
+    """Modules loaded since `before` that import a module known to initialise CUDA, at module
+    level: their namespace holds it, or something defined in it (`bnb`, `dispatch_bnb_4bit`),
+    directly or through another such module. Module -> the culprit's library.
+
+    The harness does not preload them next time: importing one would import the culprit and
+    cost the server a restart to find out (`transformers.integrations.bitsandbytes`,
+    `peft.tuners.lora.bnb` beside a bitsandbytes that initialises CUDA). Read after the
+    scenario ran, so the scenario's own run is untouched."""
+    found = set(culprits)
+    refs: dict[str, set[str]] = {}
+    for name, module in list(sys.modules.items()):
+        if name in before or _under(name, found) or name.partition(".")[0] in sys.stdlib_module_names:
+            continue
+        targets = set()
+        for value in list(getattr(module, "__dict__", {}).values()):
+            try:  # a proxy's attribute access may raise (transformers' dummy objects do)
+                target = value.__name__ if isinstance(value, type(sys)) else getattr(value, "__module__", None) if callable(value) else None
+            except Exception:
+                continue
+            if isinstance(target, str) and not _under(target, [name]):
+                targets.add(target)
+        refs[name] = targets
+    flagged: dict[str, str] = {}
+    changed = True
+    while changed:  # through modules that import a flagged one, until nothing changes
+        changed = False
+        for name, targets in refs.items():
+            via = next((t for t in sorted(targets) if _under(t, found) or t in flagged), None)
+            if name not in flagged and via is not None:
+                flagged[name] = flagged.get(via) or via.partition(".")[0]
+                changed = True
+    return flagged
 
 
 def _redirect(output: str) -> None:
@@ -355,6 +395,12 @@ class _CudaWatch:
         found = dict.fromkeys(m for chain in self.chains for m in chain)
         return [m for m in found if not _under(m.rpartition(".")[0], found)] if found else []
 
+    def root(self, module: str) -> str:
+        """The library whose import reached the driver on the first chain naming `module`
+        (`bitsandbytes` for `peft`): `module` is a culprit only while that library is one."""
+        chain = next(c for c in self.chains if module in c)
+        return chain[-1].partition(".")[0]
+
     def blame(self, chain: list[str]) -> None:
         self.chains.append(chain or [self.current])
         if self._import is None:
@@ -467,7 +513,14 @@ def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
         if nvml_check is None:
             os.environ.pop(NVML_CHECK, None)
     culprits = watch.culprits()
-    return {"ready": imported, "cuda_initialized_by": culprits[0] if culprits else "", "cuda_culprits": culprits, "seconds": seconds}
+    return {
+        "ready": imported,
+        "cuda_initialized_by": culprits[0] if culprits else "",
+        "cuda_culprits": culprits,
+        "cuda_via": {m: watch.root(m) for m in culprits},
+        "cuda_chains": watch.chains,
+        "seconds": seconds,
+    }
 
 
 def _entries(args: list[str]) -> list[dict[str, Any]]:

@@ -159,6 +159,8 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     if refined:
         console.print(refined)
     console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
+    for chain in sweep.ledger.cuda_chains:  # why a module was not preloaded, found in this sweep
+        console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
     # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
     attribution = attribute(everything, known_versions=known, unlisted=unlisted_axes(everything, known))
     render(everything, console, title=f"run {sweep_plan.run_id}", attribution=attribution, wide=args.wide)

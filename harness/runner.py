@@ -199,6 +199,11 @@ class CellRunner:
         self.preloaded: list[str] = []
         self.cuda_initialized_by = ""
         self.cuda_culprits: list[str] = []
+        self.cuda_via: dict[str, str] = {}  # culprit -> the library whose import reached the driver
+        self.cuda_chains: list[list[str]] = []  # the import chains that did, outermost module first
+        # modules the scenarios loaded that import a culprit at module level (the child reads
+        # them off after each run): not preloaded next time, so never a restart
+        self.culprit_importers: dict[str, str] = {}
         self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
         self.zygote: Zygote | None = None  # the zygote the server was forked from, if it was
         self.refusals: list[str] = []  # why zygotes could not serve this cell
@@ -270,6 +275,8 @@ class CellRunner:
             # find every one). What follows them may be clean; only what imports one goes.
             self.cuda_initialized_by = found[0]
             self.cuda_culprits += [m for m in found if m not in self.cuda_culprits]
+            self.cuda_via.update({str(k): str(v) for k, v in dict(ready.get("cuda_via") or {}).items()})
+            self.cuda_chains += [list(map(str, c)) for c in ready.get("cuda_chains") or []]
             self._stop_server()
             self.entries = without_culprits(self.entries, self.avoid | set(self.cuda_culprits))
             self.cuda_restarts += 1
@@ -403,7 +410,7 @@ class CellRunner:
             "scenario": str(scenario.resolve()),
             "result": str(result),
             "output": str(output),
-            "env": {**(env or {}), "HARNESS_METRICS": str(metrics)},
+            "env": {**(env or {}), "HARNESS_METRICS": str(metrics), **self._culprits_env()},
         }
         self.start()  # before the clock starts: a scenario's seconds are its own
         started = time.monotonic()
@@ -413,6 +420,9 @@ class CellRunner:
         record = _read_json(result)
         imported = record.pop("imported", None) if record is not None else None
         ran = record.pop("run_seconds", None) if record is not None else None
+        importers = record.pop("imports_culprit", None) if record is not None else None
+        importers = {str(k): str(v) for k, v in importers.items()} if isinstance(importers, dict) else {}
+        self.culprit_importers.update(importers)
         modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
         if isinstance(imported, list):
             self.imports[str(request["scenario"])] = modules
@@ -426,7 +436,14 @@ class CellRunner:
             metrics=_read_json(metrics) or {},
             imported=modules,
             run_seconds=float(ran) if isinstance(ran, int | float) else None,
+            imports_culprit=importers,
         )
+
+    def _culprits_env(self) -> dict[str, str]:
+        """Tell the scenario's process which modules initialise CUDA here, so that it names the
+        modules it loaded that import one (`child._importers_of`). Nothing where none do."""
+        known = sorted(self.avoid | set(self.cuda_culprits))
+        return {"HARNESS_CUDA_CULPRITS": ",".join(known)} if known else {}
 
 
 def without_culprits(entries: list[dict[str, Any]], culprits: set[str]) -> list[dict[str, Any]]:

@@ -196,6 +196,7 @@ class Ledger:
     server_start_seconds: float = 0.0
     server_starts: int = 0
     cuda_restarts: int = 0  # of those, starts again without modules found to initialise CUDA
+    cuda_chains: dict[str, None] = field(default_factory=dict)  # "peft → … → bitsandbytes.cextension", as found
     scenario_seconds: float = 0.0
     scenarios_run: int = 0  # outcomes behind scenario_seconds (not-applicable ones never run)
     # of those, the scenario files' own run (their code, imports included), by the child's
@@ -471,7 +472,7 @@ class Sweep:
         except BaseException:
             runner.close()
             raise
-        self.culprits.learn(runner.cuda_culprits, env.freeze)
+        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)
         return runner
 
     def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, spares: int = 0) -> list[Outcome]:
@@ -510,6 +511,7 @@ class Sweep:
             self.ledger.server_start_seconds += runner.server_start_seconds
             self.ledger.server_starts += runner.server_starts
             self.ledger.cuda_restarts += runner.cuda_restarts
+            self.ledger.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
             self.ledger.spares_unused += 1
         runner.close()
 
@@ -602,6 +604,7 @@ class Sweep:
             self.ledger.server_start_seconds += runner.server_start_seconds
             self.ledger.server_starts += runner.server_starts
             self.ledger.cuda_restarts += runner.cuda_restarts
+            self.ledger.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
             for module, seconds in runner.preload_seconds.items():
                 self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             shared.imports.update(runner.imports)
@@ -610,7 +613,8 @@ class Sweep:
             if last:
                 self._shared = [sh for sh in self._shared if sh is not shared]  # by identity: it may not be listed
                 self._discard_spare(shared)
-        self.culprits.learn(runner.cuda_culprits, env.freeze)  # a server restarted mid-cell may have found more
+        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)  # a server restarted mid-cell may have found more
+        self.culprits.learn(runner.culprit_importers, env.freeze, runner.culprit_importers)
         if last and self.zygotes is not None and self.settings.preload:
             learned = [m for e in runner.entries if e["name"] in runner.preloaded and _learned_entry(e) for m in e["modules"]]
             remember(env.location, [s for s, _ in shared.ready.todo], shared.imports, learned)

@@ -100,6 +100,9 @@ def test_every_culprit_is_found_in_one_restart_and_the_clean_modules_stay(libs: 
     # peft_like's chain names the library that touched CUDA; the module that imports it later
     # is caught at its import statement, in the same (doomed) server
     assert runner.cuda_culprits == ["peft_like", "bnb_like", "tf_like.integrations_bnb"]
+    # each is a culprit through bnb_like: remembered with its version, for cells that have it
+    assert runner.cuda_via == dict.fromkeys(runner.cuda_culprits, "bnb_like")
+    assert runner.cuda_chains[0] == ["peft_like", "peft_like.tuners", "peft_like.tuners.lora", "bnb_like", "bnb_like.cext"]
     assert (runner.server_starts, runner.cuda_restarts) == (2, 1)
     # asking availability (NVML while preloading) is fine: acc_like is preloaded
     assert runner.preloaded == ["torch", "tf_like.clean_a", "tf_like.clean_b", "acc_like"]
@@ -119,6 +122,17 @@ def test_learned_groups_holding_culprits_cost_one_restart_not_one_per_module(lib
     assert (again.server_starts, again.cuda_restarts, again.cuda_culprits) == (1, 0, [])
     assert again.preloaded == runner.preloaded
     assert lines[0] == "['tf_like.clean_a', 'tf_like.clean_b']"
+
+
+def test_a_scenario_names_the_modules_it_loaded_that_import_a_known_culprit(libs: Path) -> None:
+    # Read off after the scenario ran (its namespace holds `bnb`, or something defined in a
+    # flagged module): the next sweep's learned groups leave them out without a restart.
+    runner, lines = _run(libs, preload=["torch"], avoid={"bnb_like", "peft_like"})
+    assert runner.culprit_importers == {"tf_like.integrations_bnb": "bnb_like"}
+    assert lines[-1] == "False (9, 0)"
+    # with nothing known to initialise CUDA, the scenario's process is not asked (and pays nothing)
+    runner, _ = _run(libs, preload=["torch"])
+    assert runner.culprit_importers == {}
 
 
 def test_a_culprit_found_only_by_the_fork_probe_is_still_dropped(libs: Path) -> None:
@@ -184,7 +198,7 @@ def test_a_second_and_third_sweep_start_no_more_servers_than_the_first(tmp_path:
     (tmp_path / "m.toml").write_text(matrix)
     scenario = tmp_path / "where.py"
     scenario.write_text(SCENARIO)
-    starts = []
+    starts, chains = [], []
     for run in ("first", "second", "third"):
         db = tmp_path / f"{run}.jsonl"
         proc = run_cli(
@@ -196,8 +210,11 @@ def test_a_second_and_third_sweep_start_no_more_servers_than_the_first(tmp_path:
         outcome = next(r for r in rows if r["type"] == "outcome")
         assert outcome["status"] == "pass", outcome
         starts.append(_starts(next(line for line in proc.stdout.splitlines() if line.startswith("time:"))))
+        chains.append(proc.stdout)
     (_, first, first_cuda), (_, second, second_cuda), (_, third, third_cuda) = starts
     assert first_cuda == 1  # peft_like, with bnb_like on its chain
-    assert second <= first and third <= first
-    assert second_cuda <= first_cuda
-    assert third_cuda == 0  # everything is known by now
+    # the first sweep's scenario named tf_like.integrations_bnb as importing bnb_like: the
+    # learned tf_like group leaves it out, and no later start finds anything new
+    assert (second_cuda, third_cuda) == (0, 0)
+    assert "CUDA at import: peft_like → peft_like.tuners → peft_like.tuners.lora → bnb_like → bnb_like.cext" in chains[0]
+    assert second < first and third < first

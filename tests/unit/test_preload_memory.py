@@ -61,10 +61,13 @@ def test_culprits_outlive_the_sweep_and_merge_with_a_parallel_one(tmp_path) -> N
 
     path = tmp_path / "envs" / "cuda-culprits.json"
     assert load_culprits(path) == set()  # none yet
-    save_culprits(path, {("bitsandbytes", "0.49.2")})
+    save_culprits(path, {("bitsandbytes", "0.49.2", "bitsandbytes", "0.49.2")})
     # another sweep on the same env root, started before the first saved, adds its own
-    save_culprits(path, {("peft", "0.21.0")})
-    assert load_culprits(path) == {("bitsandbytes", "0.49.2"), ("peft", "0.21.0")}
+    save_culprits(path, {("peft", "0.21.0", "bitsandbytes", "0.49.2")})
+    assert load_culprits(path) == {("bitsandbytes", "0.49.2", "bitsandbytes", "0.49.2"), ("peft", "0.21.0", "bitsandbytes", "0.49.2")}
     assert [p.name for p in path.parent.iterdir()] == ["cuda-culprits.json"]  # no temp files left
     path.write_text("{not json")
     assert load_culprits(path) == set()  # a damaged file costs one restart, not the sweep
+    # a file written before culprits named the library they reach the driver through
+    path.write_text('[["peft", "0.21.0"]]')
+    assert load_culprits(path) == {("peft", "0.21.0", "peft", "0.21.0")}
