@@ -459,6 +459,9 @@ class _CudaWatch:
                 base = package.rsplit(".", level - 1)[0] if level > 1 else package
                 target = f"{base}.{name}" if name else base
             found = dict.fromkeys(m for chain in self.chains for m in chain)
+            importer = globals.get("__name__") if globals else None
+            if isinstance(importer, str) and _under(importer, found):
+                return real(name, globals, locals, fromlist, level)  # a culprit's own imports: nothing new
             names = [target, *(f"{target}.{item}" for item in (fromlist or ()) if item != "*")]
             if any(_under(n, found) for n in names):
                 self.chains.append([*_importing(), target])
@@ -518,7 +521,7 @@ def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "cuda_initialized_by": culprits[0] if culprits else "",
         "cuda_culprits": culprits,
         "cuda_via": {m: watch.root(m) for m in culprits},
-        "cuda_chains": watch.chains,
+        "cuda_chains": [next(c for c in watch.chains if m in c) for m in culprits],  # why each is one
         "seconds": seconds,
     }
 
