@@ -7,6 +7,7 @@ Python, where only the libraries under test are installed.
     python child.py serve [MODULE ...] [--preload-file JSON]
                                                     import MODULEs once, then fork per request
     python child.py zygote CONFIG_JSON              import torch once, then fork a `serve` per cell
+    python child.py suite REQUEST_JSON              a pytest suite (testsuite_child.py), this process
     python child.py describe                        this interpreter's sys.path, prefix, executable
 
 `serve` reads one JSON request per line on stdin ({"scenario", "result", "output", "env"}),
@@ -127,6 +128,19 @@ def run_scenario(scenario: str, result: str) -> int:
     return code
 
 
+def run_suite(request: dict[str, Any]) -> int:
+    """A team's pytest suite in this process (`testsuite_child.py`, beside this file, loaded by
+    path: the harness package itself is never importable here)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testsuite_child.py")
+    spec = importlib.util.spec_from_file_location("harness_testsuite_child", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.run(request["root"], request["args"], request["events"], request["skip"]))
+
+
 def _new_imports(before: set[str], skip_dirs: list[str]) -> list[str]:
     """Installed modules loaded since `before`, leaves only (importing one imports its parents);
     not the standard library, not the scenario's own helpers."""
@@ -203,7 +217,7 @@ def _child(request: dict[str, Any]) -> None:
         _limit_output()
         os.environ.update(request.get("env", {}))
         sys.stdin = open(os.devnull)  # noqa: SIM115 - lives until os._exit
-        code = run_scenario(request["scenario"], request["result"])
+        code = run_suite(request) if request.get("kind") == "suite" else run_scenario(request["scenario"], request["result"])
     finally:
         os._exit(code)
 
@@ -850,6 +864,11 @@ def main(argv: list[str]) -> int:
         _watch_in_thread()
         _limit_output()
         return run_scenario(argv[1], argv[2])
+    if len(argv) == 2 and argv[0] == "suite":
+        _watch_in_thread()
+        _limit_output()
+        with open(argv[1]) as fh:
+            return run_suite(json.load(fh))
     if argv and argv[0] == "serve":
         return serve(_entries(argv[1:]))
     if len(argv) == 2 and argv[0] == "zygote":

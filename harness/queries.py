@@ -24,7 +24,7 @@ _FILTER_COLUMNS = frozenset({"run_id", "cell_id", "scenario", "status", "platfor
 _CELL_JSON = ("versions", "requirements", "installed", "inherited", "git_commits", "host")
 _TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
 _FAILING = ", ".join(f"'{s}'" for s in sorted(FAILURES))
-_NOT_A_FAILURE = f"status NOT IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}', '{Status.INCONCLUSIVE}')"
+_NOT_A_FAILURE = f"status NOT IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}', '{Status.INCONCLUSIVE}', '{Status.XFAIL}', '{Status.XPASS}')"
 
 
 def _decode(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ KIT_DIR = bundled.kit_dir()  # `_kit` and the other helpers: importable from eve
 OUTPUT_TAIL_BYTES = 16 * 1024
 SERVER_START_TIMEOUT = 600.0
 KILL_GRACE_SECONDS = 3.0
+SUITE_WAIT_SECONDS = 7 * 24 * 3600.0  # a pytest worker runs until its tests end or the controller kills it
 LIFELINE_ENV = "HARNESS_LIFELINE_FD"  # child.py's name for it
 #: The top-level modules of the torch distribution: what a zygote may preload.
 TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
@@ -375,9 +376,14 @@ class CellRunner:
     # -- fresh process -------------------------------------------------------------------
     def _run_process(self, request: dict[str, Any], timeout: float) -> tuple[int | None, int | None, bool]:
         env = child_env({**self.env, **request["env"]})
+        if request.get("kind") == "suite":
+            (self.tmp / "suite-request.json").write_text(json.dumps(request))
+            argv = [self.python, str(CHILD), "suite", str(self.tmp / "suite-request.json")]
+        else:
+            argv = [self.python, str(CHILD), "run", request["scenario"], request["result"]]
         with open(request["output"], "wb") as out:
             proc = subprocess.Popen(
-                [self.python, str(CHILD), "run", request["scenario"], request["result"]],
+                argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -438,6 +444,18 @@ class CellRunner:
             run_seconds=float(ran) if isinstance(ran, int | float) else None,
             imports_culprit=importers,
         )
+
+    def run_suite_worker(
+        self, root: Path, args: list[str], events: Path, skip: list[str], output: Path, env: Mapping[str, str]
+    ) -> tuple[int | None, int | None]:
+        """One pytest worker (`testsuite_child.py`) in this cell, forked from the server like a
+        scenario: its own process group, killed by `kill_running()`. Blocks until it ends."""
+        request: dict[str, Any] = {"kind": "suite", "root": str(root), "args": args, "events": str(events), "skip": skip}
+        request.update(output=str(output), env=dict(env))
+        self.start()
+        runner = self._run_forked if self.isolation == "fork" else self._run_process
+        exit_code, sig, _ = runner(request, SUITE_WAIT_SECONDS)  # the controller times each test itself
+        return exit_code, sig
 
     def _culprits_env(self) -> dict[str, str]:
         """Tell the scenario's process which modules initialise CUDA here, so that it names the

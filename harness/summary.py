@@ -41,6 +41,8 @@ STYLE = {
     "unresolvable": "dim",
     "install_failed": "dim",
     "not_applicable": "dim",
+    "xfail": "dim",
+    "xpass": "cyan",
     "mixed": "yellow",
 }
 #: One character per status in the compact grid, as pytest prints them (the legend says what they mean).
@@ -55,6 +57,8 @@ MARK = {
     "unresolvable": "U",
     "install_failed": "I",
     "not_applicable": "-",
+    "xfail": "x",
+    "xpass": "X",
     "mixed": "~",
 }
 SHORT = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Suites written for the harness to run inside cells, with their own pytest configuration:
+# never part of this project's own run.
+collect_ignore = ["data"]
 
 
 def run_cli(

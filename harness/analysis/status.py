@@ -32,6 +32,8 @@ class Status(enum.StrEnum):
     UNRESOLVABLE = "unresolvable"  # the pins do not resolve: the resolver's words are kept
     INSTALL_FAILED = "install_failed"
     NOT_APPLICABLE = "not_applicable"
+    XFAIL = "xfail"  # a test marked expected to fail, failing: not a regression
+    XPASS = "xpass"  # a test marked expected to fail, passing (not strict): not a regression either
 
     @property
     def is_failure(self) -> bool:
@@ -48,7 +50,7 @@ FAILURES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, S
 ENV_PROBLEMS = frozenset({Status.UNRESOLVABLE, Status.INSTALL_FAILED})
 #: Says nothing either way about the code path: never a pass, never a failure, in attribution,
 #: pins, bisection and reports.
-NO_EVIDENCE = frozenset({Status.INCONCLUSIVE, Status.NOT_APPLICABLE, *ENV_PROBLEMS})
+NO_EVIDENCE = frozenset({Status.INCONCLUSIVE, Status.NOT_APPLICABLE, Status.XFAIL, Status.XPASS, *ENV_PROBLEMS})
 #: Worst first: the word for a mixture of repeats names the worst status in it.
 SEVERITY: tuple[Status, ...] = (
     Status.CRASH,
@@ -60,6 +62,8 @@ SEVERITY: tuple[Status, ...] = (
     Status.INSTALL_FAILED,
     Status.UNRESOLVABLE,
     Status.NOT_APPLICABLE,
+    Status.XFAIL,
+    Status.XPASS,
     Status.PASS,
 )
 
