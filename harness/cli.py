@@ -81,6 +81,17 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
     p.add_argument(
+        "--tests",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="run this pytest suite's tests, each node id one outcome (paths under --tests-root)",
+    )
+    p.add_argument("--tests-root", default="", help="the folder where you run pytest (its conftest.py and configuration apply; default .)")
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    p.add_argument("--test-requirement", action="append", default=[], help="with --tests: a test dependency for every cell (repeatable)")
+    p.add_argument(
         "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
     )
     p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
@@ -131,6 +142,8 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     options.help_tail = not args.no_tail_help
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
+    options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
+    options.test_requirements = args.test_requirement
     if args.jobs < 1:
         raise BadInput(f"--jobs {args.jobs}: give at least 1")
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns

@@ -50,7 +50,16 @@ SETTINGS_KEYS = {
     "refine_lines",
     "zygote",
 }
-TOP_KEYS = {"matrix", "axes", "include", "exclude"}
+TOP_KEYS = {"matrix", "axes", "include", "exclude", "tests"}
+#: The [tests] table: a team's pytest suite as the checks (harness/testsuite.py).
+TESTS_KEYS: dict[str, type | tuple[type, ...]] = {
+    "root": str,
+    "paths": list,
+    "k": str,
+    "m": str,
+    "requirements": list,
+    "timeout": (int, float),
+}
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
 # What the fork server imports once per cell, in order. A module that initialises CUDA at
 # import (bitsandbytes does when it sees a GPU) is dropped there, and only it; the torch.compile
@@ -189,6 +198,7 @@ class MatrixSpec:
     source: str = "matrix.toml"
     #: Mistakes found while parsing; resolution adds its own and reports all of them at once.
     problems: list[str] = field(default_factory=list)
+    tests: dict[str, Any] = field(default_factory=dict)  # the [tests] table, checked
 
 
 def load_matrix(path: Path, *, lenient: bool = False) -> MatrixSpec:
@@ -221,7 +231,30 @@ def parse_matrix_lenient(text: str, source: str = "matrix.toml") -> MatrixSpec:
     axes = _parse_axes(data.get("axes", {}), problems)
     include = _parse_selectors(data.get("include", []), "include", axes, problems)
     exclude = _parse_selectors(data.get("exclude", []), "exclude", axes, problems)
-    return MatrixSpec(settings, axes, include, exclude, source, problems)
+    tests = _parse_tests(data.get("tests", {}), problems)
+    return MatrixSpec(settings, axes, include, exclude, source, problems, tests)
+
+
+def _parse_tests(raw: Any, problems: list[str]) -> dict[str, Any]:
+    """[tests]: root = "." (where the team types pytest), paths = ["tests"], k, m, requirements, timeout."""
+    if not isinstance(raw, dict):
+        problems.append('[tests] must be a table, e.g. [tests] paths = ["tests"]')
+        return {}
+    kept = {}
+    for key, value in raw.items():
+        kind = TESTS_KEYS.get(key)
+        if kind is None:
+            problems.append(f"unknown key {key!r} in [tests]; expected one of {sorted(TESTS_KEYS)}")
+        elif (
+            not isinstance(value, kind)
+            or isinstance(value, bool)
+            or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
+        ):
+            wanted = "a list of strings" if kind is list else "a string" if kind is str else "a number of seconds"
+            problems.append(f"[tests] {key} = {value!r} has the wrong type; give {wanted}")
+        else:
+            kept[key] = value
+    return kept
 
 
 def _parse_settings(raw: Any, problems: list[str]) -> Settings:

@@ -41,7 +41,7 @@ from harness.culprits import CudaCulprits
 from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
 from harness.gpus import GpuPlan
-from harness.interpret import interpret
+from harness.interpret import RawRun, interpret
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome
 from harness.preloads import learned_preload, remember
@@ -49,6 +49,7 @@ from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
 from harness.schedule import Feed, Running, spares_for, worth_helping
+from harness.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
 from harness.zygote import ZygotePool
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
@@ -72,6 +73,14 @@ class SweepOptions:
     lookahead: bool = True  # a job prepares its next cell while it runs one
     zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
     help_tail: bool = True  # with several jobs: once no cell is left, idle jobs share the running ones
+    # A team's pytest suite as the checks (`harness/testsuite.py`): test paths under `tests_root`
+    # (the folder where the team types `pytest`), pytest's -k and -m, and the suite's own test
+    # dependencies, installed in every cell beside pytest and the plugins its configuration names.
+    tests: list[str] = field(default_factory=list)
+    tests_root: str = ""
+    keyword: str = ""
+    marker: str = ""
+    test_requirements: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,7 +147,14 @@ def plan(options: SweepOptions) -> SweepPlan:
     spec = load_matrix(options.matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
-    scenarios = select(options.scenarios or spec.settings.scenarios)
+    suite = _suite(options, spec)
+    scenarios: list[Scenario] = select(options.scenarios) if options.scenarios or not suite else []
+    if suite is not None:
+        scenarios.append(suite)
+        spec.settings.extra_requirements = [
+            *spec.settings.extra_requirements,
+            *needed_packages(suite.root, _test_requirements(options, spec)),
+        ]
     cells = resolved.cells
     if options.cells:
         known = {c.id: c for c in cells}
@@ -153,6 +169,23 @@ def plan(options: SweepOptions) -> SweepPlan:
     if options.fresh and not options.run_id:
         run_id += datetime.now(UTC).strftime("-%Y%m%dT%H%M%S")
     return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+
+
+def _suite(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
+    """The pytest suite to run, from the command line or the matrix's [tests] table; None if neither names one."""
+    table = spec.tests
+    paths = options.tests or list(table.get("paths", []))
+    root = options.tests_root or str(table.get("root", "")) or ("." if paths else "")
+    if not paths and not root:
+        return None
+    keyword = options.keyword or str(table.get("k", ""))
+    marker = options.marker or str(table.get("m", ""))
+    timeout = table.get("timeout")
+    return make_suite(root, paths, keyword, marker, float(timeout) if timeout else None)
+
+
+def _test_requirements(options: SweepOptions, spec: MatrixSpec) -> list[str]:
+    return [*map(str, spec.tests.get("requirements", [])), *options.test_requirements]
 
 
 def scenario_env(options: SweepOptions) -> dict[str, str]:
@@ -583,6 +616,9 @@ class Sweep:
                     with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
                         with self._lock:
                             self.reporter.scenario_started(cell, scenario.name, repeat)
+                        if isinstance(scenario, Suite):
+                            outcomes += self._run_suite(runner, cell, scenario, repeat, env, request_env)
+                            continue
                         made = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
                     if self._stopping.is_set():
                         break  # killed by the stop: not an outcome; the rerun runs it again
@@ -625,6 +661,32 @@ class Sweep:
             self.reporter.outcome(made, cell)
         return made
 
+    def _run_suite(
+        self, runner: CellRunner, cell: Cell, suite: Suite, repeat: int, env: EnvResult, request_env: dict[str, str]
+    ) -> list[Outcome]:
+        """The suite in this cell: every test's outcome stored as it comes (a stopped sweep keeps
+        them), those stored already left out (resume)."""
+        run_id = self.plan.run_id
+        done = [s for c, s, r in self.store.done_keys(run_id) if c == cell.id]
+        events, output = runner.tmp / "suite-events.jsonl", runner.tmp / "suite-output.log"
+        timeout = float(suite.timeout or self.settings.timeout)
+        env_vars = {**scenario_env(self.plan.options), **request_env}
+
+        def start(skip: list[str]) -> tuple[int | None, int | None]:
+            return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars)
+
+        made: list[Outcome] = []
+        for event in run_suite(start, runner.kill_running, events, timeout, done=done):
+            if event.get("event") == "imported":
+                runner.imports[str(suite.path.resolve())] = [str(m) for m in event.get("modules", [])]
+            found = _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)
+            if found is not None and not self._stopping.is_set():
+                with self._lock:
+                    self.ledger.scenario_seconds += found.seconds
+                    self.ledger.scenarios_run += 1
+                made.append(self._emit(found, cell))
+        return made
+
     def _run_one(
         self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]
     ) -> Outcome:
@@ -641,6 +703,23 @@ class Sweep:
             self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
         meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
         return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
+
+
+def _suite_outcome(
+    run_id: str, cell_id: str, event: dict[str, Any], libraries: list[str], secrets: list[str], suite: Suite
+) -> Outcome | None:
+    """One worker event -> one stored outcome (a test's result, a file that failed to import,
+    a worker that never got to a test); None for the events that are not outcomes."""
+    kind = event.get("event")
+    if kind == "collect_error":
+        event = {**event, "status": "error", "phase": "collection", "message": event.get("message", "")}
+    elif kind == "worker_died":
+        event = {**event, "nodeid": " ".join(suite.paths) or ".", "status": "crash", "exception_type": "worker"}
+    elif kind != "result":
+        return None
+    result = interpret_result(event, libraries)
+    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="")
+    return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
 
 
 def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:
