@@ -51,7 +51,8 @@ def test_the_matrix_tests_table_selects_like_the_command_line(tmp_path: Path, en
     table = f'\n[tests]\nroot = "{SUITE}"\npaths = ["{FILE}"]\nk = "param"\nrequirements = ["iniconfig"]\n'
     (tmp_path / "m.toml").write_text(MATRIX + table)
     db = tmp_path / "out.jsonl"
-    proc = run_cli("sweep", "--matrix", str(tmp_path / "m.toml"), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--no-refine")
+    args = ["--matrix", str(tmp_path / "m.toml"), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--no-refine"]
+    proc = run_cli("sweep", *args)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     got = sorted({(r["scenario"].removeprefix(FILE + "::"), r["status"]) for r in _outcomes(db)})
     assert got == [("test_param[1]", "pass"), ("test_param[2]", "pass"), ("test_param[3]", "fail")]
