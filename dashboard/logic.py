@@ -38,6 +38,8 @@ COLOURS = {
     "unresolvable": "#cfd8dc",
     "install_failed": "#b0bec5",
     "not_applicable": "#eceff1",
+    "xfail": "#d7ccc8",
+    "xpass": "#b2ebf2",
     "mixed": "#fff176",
 }
 KIND_COLOURS = {"introduced": "#d32f2f", "fixed": "#388e3c", "flaky": "#f9a825"}

@@ -22,7 +22,7 @@ def test_skipped():
 
 @pytest.mark.xfail(reason="known bug")
 def test_xfail():
-    assert False
+    assert 1 == 2
 
 
 @pytest.mark.xfail(reason="fixed upstream")
@@ -48,7 +48,7 @@ def test_teardown_error(leaky):
 
 
 def test_warning_is_an_error():
-    warnings.warn("old API", DeprecationWarning)
+    warnings.warn("old API", DeprecationWarning, stacklevel=1)
 
 
 @pytest.mark.excluded
