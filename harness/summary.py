@@ -27,7 +27,7 @@ from rich.table import Table
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.pin import choose_for_passing
 from harness.analysis.rows import axis_sort, installed, machine_of, signature_of
-from harness.analysis.status import FAILURES, NO_EVIDENCE, Status, fold_statuses, status_of
+from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
 
 STYLE = {
@@ -63,6 +63,28 @@ MARK = {
 }
 SHORT = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}
 WIDTH = 100
+#: More scenarios than this in a grid (a test suite's node ids): one row per test file or class.
+GRID_ROWS = 60
+
+
+def group_of(scenario: str) -> str:
+    """Where a test node id lives (its file, or file::Class); a scenario is its own group.
+
+    >>> group_of("tests/test_x.py::TestLora::test_merge[4bit]"), group_of("tests/test_y.py::test_a"), group_of("gemma4_lora")
+    ('tests/test_x.py::TestLora', 'tests/test_y.py', 'gemma4_lora')
+    """
+    parts = scenario.split("::")
+    return "::".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def _grouped(scenarios: Iterable[str]) -> str:
+    """One answer for several tests of one group: "34 tests in tests/test_x.py"; a scenario alone by name."""
+    names = sorted(set(scenarios))
+    groups = {group_of(n) for n in names}
+    if len(names) == 1:
+        return names[0]
+    where = next(iter(groups)) if len(groups) == 1 else f"{len(groups)} groups"
+    return f"{len(names)} tests in {where}"
 
 
 def cell_statuses(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
@@ -138,29 +160,37 @@ def _context(held: Sequence[tuple[tuple[str, str], ...]]) -> str:
 def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console) -> None:
     """Per failure: what changed it, in the attribution's words; then what no tested version changes."""
     blamed = _blamed(rows)
+    # Tests of one file (or class) with one signature and the same answers are one answer:
+    # a suite of thousands of tests prints a line per failure family, never one per test.
     by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
     for t in attribution.transitions:
-        by_failure[(t.scenario, t.signature)].append(t)
+        by_failure[(group_of(t.scenario), t.signature)].append(t)
     console.print("\n[bold]Answers[/]")
     if not by_failure:
         console.print("  no failure changes between two tested versions of an axis (other axes and machine held)")
-    for (scenario, signature), items in sorted(by_failure.items()):
+    for (_, signature), items in sorted(by_failure.items()):
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-        console.print(f"  [bold]{escape(scenario)}[/]: {escape(_short_signature(signature))}{who}", overflow="fold")
+        console.print(
+            f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}", overflow="fold"
+        )
         groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
         for t in items:
             groups[(t.headline(), t.machine)].append(t)
         for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
             colour = "green" if members[0].kind == "fixed" else "red"
             console.print(f"    [{colour}]{escape(headline)}[/]", overflow="fold")
-            where = (f"on {machine}, " if machine else "") + f"{len(members)} line(s)"
+            tests = len({m.scenario for m in members})
+            lines = len({m.held for m in members})
+            where = (f"on {machine}, " if machine else "") + f"{lines} line(s)" + (f", {tests} tests" if tests > 1 else "")
             console.print(f"      {escape(where)}: {escape(_context([m.held for m in members]))}", overflow="fold")
-    steady = _never_changes(rows, attribution)
+    steady: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for scenario, signature in _never_changes(rows, attribution):
+        steady[(group_of(scenario), signature)].append(scenario)
     if steady:
         console.print("  [bold]no tested version changes[/] (fails in every cell where it runs):")
-        for scenario, signature in steady:
+        for (_, signature), failing in sorted(steady.items()):
             who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-            console.print(f"    {escape(scenario)}: {escape(_short_signature(signature))}{who}", overflow="fold")
+            console.print(f"    {escape(_grouped(failing))}: {escape(_short_signature(signature))}{who}", overflow="fold")
     for m in attribution.machines:
         console.print(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}", overflow="fold")
     for f in attribution.flaky:
@@ -206,7 +236,11 @@ def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> No
     console.print(f"  passes {len(wanted)} of the {len(passing)} scenario(s) that pass somewhere, in cell")
     console.print(f"  {escape(result.cell_ids[0])}", overflow="fold")
     if dropped:
-        console.print(f"  no tested set also passes: {escape(', '.join(dropped))}", overflow="fold")
+        by_group: dict[str, list[str]] = defaultdict(list)
+        for name in dropped:
+            by_group[group_of(name)].append(name)
+        named = ", ".join(_grouped(names) for _, names in sorted(by_group.items()))
+        console.print(f"  no tested set also passes: {escape(named)}", overflow="fold")
 
 
 # -- the grid --------------------------------------------------------------------------------------
@@ -229,6 +263,9 @@ def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
     label, legend, shared = _labels(rows)
     scenarios = sorted({r["scenario"] for r in rows})
     ran = [s for s in scenarios if any(status_of(words[c].get(s, "")) not in ("not_applicable", "") for c in words)]
+    idle = [s for s in scenarios if s not in ran]
+    if len(ran) > GRID_ROWS:  # a test suite: one row per file (or class), its worst status in each cell
+        words, ran = _by_group(words, ran)
     console.print(f"\n[bold]Grid[/] ({'all cells: ' + escape(shared) if shared else 'cells below'})", overflow="fold")
     table = Table(show_header=True, box=None, pad_edge=False, padding=(0, 1))
     table.add_column("scenario", overflow="ellipsis", max_width=40, no_wrap=True)
@@ -247,12 +284,36 @@ def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
     console.print(f"[dim]{escape(legend_marks)}[/]", overflow="fold")
     for name, text in legend.items():
         console.print(f"  {name}  {escape(text)}", overflow="fold")
-    idle = [s for s in scenarios if s not in ran]
     if idle:
         reasons = Counter(str(r.get("message") or "") for r in rows if r["scenario"] in idle and r["status"] == Status.NOT_APPLICABLE)
         why = reasons.most_common(1)[0][0] if reasons else ""
         why = f" ({why.split(';')[0]})" if why else ""
-        console.print(f"not applicable on this machine{escape(why)}: {escape(', '.join(idle))}", overflow="fold")
+        by_group: dict[str, list[str]] = defaultdict(list)
+        for name in idle:
+            by_group[group_of(name)].append(name)
+        named = ", ".join(_grouped(names) for _, names in sorted(by_group.items()))
+        console.print(f"not applicable on this machine{escape(why)}: {escape(named)}", overflow="fold")
+
+
+def _by_group(words: dict[str, dict[str, str]], ran: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Fold each cell's tests into their groups: the worst status among them (`status.SEVERITY`)."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for name in ran:
+        members[group_of(name)].append(name)
+    folded: dict[str, dict[str, str]] = {}
+    for cell, statuses in words.items():
+        folded[cell] = {}
+        for group, names in members.items():
+            seen = [status_of(statuses[n]) for n in names if n in statuses]
+            evidence = [x for x in seen if x not in ("not_applicable", "")]
+            if seen:
+                folded[cell][f"{group} ({len(names)})"] = min(evidence or seen, key=_severity)
+    return folded, sorted(f"{group} ({len(names)})" for group, names in members.items())
+
+
+def _severity(status: str) -> int:
+    order = [s.value for s in SEVERITY]
+    return order.index(status) if status in order else len(order)
 
 
 def render_wide(rows: Sequence[Mapping[str, Any]], console: Console) -> None:

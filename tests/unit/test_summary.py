@@ -130,3 +130,30 @@ def test_the_summary_leads_with_answers_and_fits_100_columns() -> None:
     assert any(line.startswith("load ") and line.split()[1:] == ["E", ".", ".", "."] for line in lines)
     assert "not applicable on this machine (needs 1 GPU(s)): gpu_only" in text
     assert not any(line.startswith("gpu_only") for line in lines)
+
+
+def test_a_test_suite_is_summarised_by_family_and_file_never_a_line_per_test() -> None:
+    # 120 tests in two files over two cells; 40 tests of one file broke in accelerate 1.14.0 with
+    # one signature, 3 others of it fail everywhere: one answer line each, one grid row per file
+    from harness.analysis.attribution import attribute
+
+    sig = "KeyError: <key> @ accelerate/hooks.py:f"
+    rows = []
+    for acc in ("1.13.0", "1.14.0"):
+        for i in range(60):
+            broken = acc == "1.14.0" and i < 40
+            status, signature = ("error", sig) if broken else ("fail", "AssertionError: off by <n>") if i >= 57 else ("pass", "")
+            rows.append(_cell_rows(acc, "0.49.2", f"tests/test_lora.py::TestLora::test_case[{i}]", status, signature))
+            rows.append(_cell_rows(acc, "0.49.2", f"tests/test_io.py::test_save[{i}]", "pass"))
+    buffer = io.StringIO()
+    known = {"accelerate": ["1.13.0", "1.14.0"]}
+    render(rows, Console(file=buffer, width=100, color_system=None), attribution=attribute(rows, known_versions=known))
+    text = buffer.getvalue()
+    assert "40 tests in tests/test_lora.py::TestLora: KeyError: <key> (accelerate)" in text
+    assert "introduced in accelerate 1.14.0 (after 1.13.0)" in text
+    assert "3 tests in tests/test_lora.py::TestLora: AssertionError: off by <n>" in text
+    assert "test_case[7]" not in text  # no test named one by one
+    grid = text[text.index("Grid") :].splitlines()
+    assert any(line.startswith("tests/test_io.py (60)") for line in grid)
+    assert any(line.startswith("tests/test_lora.py::TestLora (60)") for line in grid)
+    assert len(text.splitlines()) < 40
