@@ -24,6 +24,9 @@ BAD_MATRICES = [
     # missing '://'
     pytest.param('[axes]\npackaging = ["git+https//example.invalid/x"]\n', ["bad git source"], id="bad-git-url"),
     # every mistake at once, from parsing and from the index
+    # the [tests] table: a key pytest would not know, and a value of the wrong type
+    pytest.param(GOOD_AXES + '[tests]\npaths = "tests"\n', ["[tests] paths = 'tests'", "give a list of strings"], id="tests-paths-type"),
+    pytest.param(GOOD_AXES + "[tests]\nkeyword = 'x'\n", ["unknown key 'keyword' in [tests]"], id="tests-unknown-key"),
     pytest.param(
         '[matrix]\nrepeats = 0\nbogus = 1\n[axes]\npackaging = ["24.99", "nope!"]\n',
         ["4 problem(s)", "repeats = 0", "'bogus'", "'24.99'", "'nope!'"],
@@ -148,3 +151,21 @@ def test_refine_limit_must_not_be_negative(tmp_path: Path) -> None:
     db.write_bytes(b"")
     proc = run_cli("refine", "--db", str(db), "--matrix", str(_good_matrix(tmp_path)), "--limit", "-1")
     _assert_clean_failure(proc.stderr, proc.returncode, ["--limit -1"])
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        # the folder where the team types pytest must exist
+        pytest.param(["--tests", "tests", "--tests-root", "/no/such/folder"], ["tests root '/no/such/folder' is not a folder"], id="root"),
+        # a test path outside that folder would collect nothing, silently
+        pytest.param(["--tests", "no_such_test.py"], ["test path 'no_such_test.py' is not under"], id="path"),
+    ],
+)
+def test_bad_test_suite(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
+    db = tmp_path / "out.jsonl"
+    matrix = _good_matrix(tmp_path)
+    proc = run_cli("sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(tmp_path / "envs"), *args, cwd=tmp_path)
+    _assert_clean_failure(proc.stderr, proc.returncode, fragments)
+    assert not db.exists()
+    assert not (tmp_path / "envs").exists()
