@@ -94,7 +94,7 @@ def build_matrix(counts: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[st
     words: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
     totals: dict[str, int] = defaultdict(int)
     for row in counts:
-        statuses = {s: int(row.get(s) or 0) for s in SEVERITY}
+        statuses = {s.value: int(row.get(s) or 0) for s in SEVERITY}
         for s, n in statuses.items():
             totals[s] += n
         key = (str(row["cell_id"]), str(row.get("gpu", "")) if by_gpu else "")
@@ -221,8 +221,8 @@ def timeline(transitions: Sequence[Mapping[str, Any]], known: Mapping[str, Seque
     for axis in axis_order({k[0] for k in marks}):
         versions = sort_values([*known.get(axis, []), *(v for k, m in marks.items() if k[0] == axis for v in (m["before"], m["version"]))])
         rows = []
-        for key, m in sorted(marks.items()):
-            if key[0] != axis:
+        for mark_key, m in sorted(marks.items()):
+            if mark_key[0] != axis:
                 continue
             rows.append(
                 {
