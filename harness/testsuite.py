@@ -72,10 +72,19 @@ class Suite(Scenario):
     def digest(self) -> str:
         """Changes with the selection and with any test or conftest file (learned preloads start again)."""
         h = hashlib.sha256(json.dumps([str(self.root), self.paths, self.keyword, self.marker]).encode())
-        for path in sorted(self.root.rglob("*.py")):
-            if "conftest" in path.name or path.name.startswith("test"):
-                h.update(path.name.encode() + str(path.stat().st_mtime_ns).encode())
+        for path in self._files():
+            h.update(str(path).encode() + str(path.stat().st_mtime_ns).encode())
         return h.hexdigest()[:12]
+
+    def _files(self) -> list[Path]:
+        """The root's conftest and configuration, and the Python files under the selected paths
+        (only those: a team's folder may hold a virtualenv)."""
+        config = ("conftest.py", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
+        found = [self.root / n for n in config if (self.root / n).is_file()]
+        for entry in self.paths or (".",):
+            target = self.root / entry.split("::", 1)[0]
+            found += sorted(target.rglob("*.py")) if target.is_dir() else [target] if target.is_file() else []
+        return found
 
 
 def make_suite(root: str | Path, paths: Iterable[str] = (), keyword: str = "", marker: str = "", timeout: float | None = None) -> Suite:
