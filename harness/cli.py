@@ -294,6 +294,7 @@ def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    args.db = args.db_file or args.db
     with open_store(args.db, read_only=True) as store:
         rows = outcome_rows(store, args.run_id or None)
         known = known_releases(store)
@@ -365,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pack", default="", help="list a built-in pack instead, e.g. forum (use it as --scenario pack:forum)")
     p = sub.add_parser("summary", help="print the outcome table of a results file")
     _add_db(p)
+    p.add_argument("db_file", nargs="?", type=Path, default=None, metavar="DB", help="the results file (the same as --db)")
     p.add_argument("--run-id", default="", help="only this run")
     p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
     p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
@@ -504,11 +506,31 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pin",
         help="the newest version set on which the chosen scenarios all pass, with evidence; requirements, constraints, pylock.toml",
-        description="Among the stored cells where every chosen scenario passed (every repeat, every run), the newest by the "
-        "ranking, with the evidence and the newer versions that were excluded and why. See docs/pins-and-reports.md.",
+        description="Among the stored cells of one machine class where every chosen scenario or test passed (every repeat, "
+        "every run), the newest by the ranking, with the evidence and the newer versions that were excluded and why. "
+        "See docs/pins-and-reports.md.",
     )
     _add_db(p)
-    p.add_argument("--scenario", action="append", default=[], help="a scenario that must pass (repeatable; at least one)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario (or test node id) that must pass (repeatable)")
+    p.add_argument(
+        "--test",
+        action="append",
+        default=[],
+        metavar="SELECTION",
+        help="tests that must pass: a node id, a file (tests/test_x.py), a class (tests/test_x.py::TestX) or a folder (repeatable)",
+    )
+    p.add_argument(
+        "-m",
+        "--marker",
+        default="",
+        help="not stored with outcomes: sweep with -m EXPR and pin over that file's tests (this flag says so and stops)",
+    )
+    p.add_argument(
+        "--machine",
+        default="",
+        help="the machine class to pin for: cpu, '1x NVIDIA H200', '2x NVIDIA H200' (case, spaces and NVIDIA do not matter), "
+        "or any (all pooled); default: the newest run's",
+    )
     p.add_argument(
         "--fix", action="append", default=[], help="hold an axis: torch=2.13.0 (also matches 2.13.0+cpu) or transformers<5.20 (repeatable)"
     )
@@ -524,7 +546,8 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     from harness.pinning import pin_file
 
     db = _existing_duckdb(args.db)
-    result, files, sources = pin_file(Path(db), args.scenario, args.fix, args.gpu, args.platform, args.rank, args.out)
+    flags = {"machine": args.machine, "tests": args.test, "marker": args.marker}
+    result, files, sources = pin_file(Path(db), args.scenario, args.fix, args.gpu, args.platform, args.rank, args.out, **flags)
     if not result.found:
         print(json.dumps(result.to_dict()) if args.json else "\n".join(result.describe()))
         return EXIT_RUN_FAILED

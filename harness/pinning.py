@@ -1,7 +1,8 @@
 """`harness pin` and the dashboard's Pin page: the newest passing set from a results file, and its files.
 
 The choice itself is `analysis.pin.choose` (pure); this module reads the rows, checks the
-user's constraints against what is stored (bad input names the fix), fills in the winning
+user's constraints against what is stored (bad input names the fix), chooses the machine class
+(`--machine`, else the newest run's) and the tests a selection names, fills in the winning
 cell's whole freeze, and writes requirements.txt, constraints.txt and pylock.toml.
 """
 
@@ -18,24 +19,101 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from harness import queries
-from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, Sources, choose
-from harness.analysis.rows import installed
+from harness.analysis.pin import (
+    ANY_MACHINE,
+    DEFAULT_RANKING,
+    Constraints,
+    PinResult,
+    Sources,
+    choose,
+    find_machine,
+    machine_classes,
+    newest_machine,
+    select_tests,
+    with_evidence,
+)
+from harness.analysis.rows import group_of, installed, machine_class
+from harness.analysis.status import Status
 from harness.candidates import expand_find_links
 from harness.envs import uv_binary
 from harness.errors import BadInput
 from harness.store import Store
 
+#: Stored names quoted in a message before the rest are counted (a suite stores thousands).
+_QUOTED = 12
+MARKERS_NOT_STORED = (
+    "markers are not stored with outcomes: select tests by node id, file, class or folder with --test, "
+    "or sweep with -m EXPR (only the tests it selects are stored) and pin over that results file"
+)
 
-def check_request(rows: Sequence[dict[str, Any]], db: str, scenarios: Sequence[str], constraints: Constraints, rank: str) -> list[str]:
-    """Every mistake in a pin request, against what the file holds; returns the ranking to use."""
-    if not rows:
-        raise BadInput(f"no outcomes in {db!r}; run a sweep first")
-    stored = sorted({r["scenario"] for r in rows})
-    if not scenarios:
-        raise BadInput(f"pass the scenarios that must pass with --scenario (repeatable); stored in {db!r}: {', '.join(stored)}")
+
+def _quoted(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_QUOTED])
+    return shown + (f" and {len(names) - _QUOTED} more" if len(names) > _QUOTED else "")
+
+
+def resolve_machine(rows: Sequence[dict[str, Any]], db: str, wanted: str, constraints: Constraints) -> str:
+    """The machine class a pin chooses over: `--machine` as given, else the newest run's (among the
+    runs `--gpu` and `--platform` admit); "" pools every machine (`--machine any`, or rows with no host)."""
+    classes = machine_classes(rows)
+    if wanted.strip():
+        found = find_machine(wanted, classes)
+        if found is None:
+            named = ", ".join(classes) or "(none)"
+            raise BadInput(f"--machine {wanted!r} is not a machine class of {db!r}; classes: {named}, or {ANY_MACHINE} for all pooled")
+        return "" if found == ANY_MACHINE else found
+    return newest_machine([r for r in rows if constraints.admits_row(r)])
+
+
+def chosen_scenarios(
+    rows: Sequence[dict[str, Any]], db: str, scenarios: Sequence[str], tests: Sequence[str], machine: str
+) -> tuple[list[str], list[str]]:
+    """(what must pass, the selected tests left out because they never ran on `machine`).
+
+    A named scenario that is not applicable on the machine is bad input (it names the machines
+    where it runs); a selection of tests keeps the ones that passed or failed there, so tests
+    skipped on this machine are not counted against it.
+    """
+    stored = sorted({str(r["scenario"]) for r in rows})
+    if not scenarios and not tests:
+        groups = sorted({group_of(s) for s in stored})
+        raise BadInput(
+            f"pass the scenarios that must pass with --scenario, or tests with --test (node id, file, class; repeatable); "
+            f"stored in {db!r}: {_quoted(groups)}"
+        )
     unknown = [s for s in scenarios if s not in stored]
     if unknown:
-        raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {', '.join(stored)}")
+        raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {db!r}; stored: {_quoted(stored)}")
+    selected, empty = select_tests(stored, tests)
+    if empty:
+        files = sorted({group_of(s).split("::")[0] for s in stored if "::" in s})
+        raise BadInput(
+            f"--test {', '.join(map(repr, empty))} selects no stored test in {db!r}; "
+            + (f"stored test files: {_quoted(files)}" if files else f"it holds no test node ids; scenarios: {_quoted(stored)}")
+        )
+    here = [r for r in rows if not machine or machine_class(r) == machine]
+    where = f"machine {machine}" if machine else "any machine"
+    ran = {str(r["scenario"]) for r in here if r["status"] != Status.NOT_APPLICABLE}
+    idle = [s for s in scenarios if s not in ran]
+    if idle:
+        elsewhere = machine_classes(r for r in rows if r["scenario"] in idle and r["status"] != Status.NOT_APPLICABLE)
+        runs_on = f"it runs on {', '.join(elsewhere)}: pass --machine with one of them" if elsewhere else "it is not applicable anywhere"
+        raise BadInput(f"scenario(s) {', '.join(map(repr, idle))} not applicable on {where} in {db!r}; {runs_on}")
+    evidence = with_evidence(here)
+    kept = [s for s in selected if s in evidence]
+    left_out = [s for s in selected if s not in evidence and s not in scenarios]
+    if selected and not kept:
+        raise BadInput(
+            f"--test {', '.join(map(repr, tests))} selects {len(selected)} test(s), none of which passed or failed on {where} "
+            f"(skipped, xfail or not built there); machines: {', '.join(machine_classes(rows))}: pass --machine"
+        )
+    return list(dict.fromkeys([*scenarios, *kept])), left_out
+
+
+def check_request(rows: Sequence[dict[str, Any]], db: str, scenarios: Sequence[str], constraints: Constraints, rank: str) -> list[str]:
+    """Every mistake in a pin request's constraints and ranking, against what the file holds; returns the ranking to use."""
+    if not rows:
+        raise BadInput(f"no outcomes in {db!r}; run a sweep first")
     values: dict[str, set[str]] = {}
     for row in rows:
         for axis, value in installed(row).items():
@@ -67,6 +145,25 @@ def with_full_freeze(result: PinResult, records: Sequence[dict[str, Any]]) -> Pi
     return replace(result, freeze=tuple(sorted(freeze.items())), inherited=tuple(sorted(inherited.items())))
 
 
+def with_machines(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows that lack `gpu_count` (`queries.pin_rows`) with it, from their run's host: what `machine_class` reads."""
+    for row in rows:
+        if "gpu_count" not in row:
+            row["gpu_count"] = (runs.get(str(row.get("run_id")), {}).get("host") or {}).get("gpu_count")
+    return rows
+
+
+def machines_of(store: Store) -> list[str]:
+    """The machine classes of the file's runs, `cpu` first (the dashboard's machine selector)."""
+    return machine_classes(run.get("host") or {} for run in queries.runs(store).values())
+
+
+def newest_machine_of(store: Store) -> str:
+    """The machine class of the file's newest run (the pin's default)."""
+    runs = list(queries.runs(store).values())  # oldest first
+    return machine_class(runs[-1].get("host") or {}) if runs else ""
+
+
 def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constraints, ranking: Sequence[str] = DEFAULT_RANKING) -> PinResult:
     """The dashboard's path: slim rows from DuckDB (constraints pushed down), then the full freeze of the winner."""
     pushed: dict[str, list[str]] = {}
@@ -74,6 +171,8 @@ def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constrai
         if spec.startswith("=="):
             pushed[axis] = [spec.removeprefix("==")]
     rows = queries.pin_rows(store, list(scenarios), pushed)
+    if constraints.machine:
+        with_machines(rows, queries.runs(store))
     result = choose(rows, scenarios, constraints, ranking)
     return with_full_freeze(result, queries.cell_records(store, result.cell_ids[0]) if result.found else [])
 
@@ -130,14 +229,26 @@ def pin_file(
     platform: str = "",
     rank: str = "",
     out: Path | None = None,
+    *,
+    machine: str = "",
+    tests: Sequence[str] = (),
+    marker: str = "",
 ) -> tuple[PinResult, PinFiles | None, Sources]:
-    """`harness pin`: validate, choose, and (with `out`) write the files."""
+    """`harness pin`: validate, choose on one machine class, and (with `out`) write the files.
+
+    machine: a class (`cpu`, `2x NVIDIA H200`, `any`); "" means the newest run's. tests: node
+    ids, files, classes or folders, expanded against the stored node ids.
+    """
+    if marker:
+        raise BadInput(f"-m {marker!r}: {MARKERS_NOT_STORED}")
     constraints = Constraints.parse(fixes, gpu, platform)
     with Store(db, read_only=True) as store:
         rows = queries.outcome_rows(store)
         runs = queries.runs(store)
     ranking = check_request(rows, str(db), scenarios, constraints, rank)
-    result = choose(rows, scenarios, constraints, ranking)
+    constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints))
+    wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)
+    result = replace(choose(rows, wanted, constraints, ranking), selection=tuple(tests), left_out=tuple(left_out))
     if not result.found:
         return result, None, Sources()
     sources = sources_of(result, runs)

@@ -3,8 +3,10 @@
 1. **Answers**: per failure, the releases that introduced or fixed it (exact, or a range that
    names what was not built), on how many lines of the matrix, and on which machine; failures
    that no tested version changes; machine differences; flaky cells.
-2. **Known-good set**: the newest version set on which every scenario that passes somewhere
-   passes (`analysis.pin.choose_for_passing`, as `harness watch` asks), or the scenarios that keep any set from passing.
+2. **Known-good set per machine**: per machine class (`cpu`, `1x NVIDIA H200`), the newest version
+   set on which every scenario that passes somewhere on that class passes
+   (`analysis.pin.known_good_sets`, as `harness watch` and `harness pin` choose), or the scenarios
+   that keep any set from passing; a scenario that cannot run on a class is not counted there.
 3. **Grid**: scenarios as rows, cells as short labels (A, B, …) with a legend that names only
    the versions that vary; scenarios that could not run on this machine folded into one line.
 
@@ -25,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
-from harness.analysis.pin import choose_for_passing
+from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.rows import axis_sort, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
@@ -221,26 +223,37 @@ def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) 
 
 # -- the known-good set -----------------------------------------------------------------------------
 def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
-    """The newest set on which every scenario that passes somewhere passes; else what keeps one from existing."""
-    chosen = choose_for_passing(rows)
-    if chosen is None:
+    """Per machine class, the newest set on which every scenario that passes there passes; else what keeps one from existing."""
+    sets = [k for k in known_good_sets(rows) if k.passing or k.failing]
+    if not sets:
         return
-    result, wanted, dropped = chosen
-    passing = [*wanted, *dropped]
-    console.print("\n[bold]Known-good set[/]")
+    console.print("\n[bold]Known-good set per machine[/]")
+    for known in sets:
+        _render_one_known_good(known, console)
+
+
+def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
+    machine = known.machine or "unknown machine"
+    idle = f" ({len(known.not_applicable)} not applicable there)" if known.not_applicable else ""
+    result = known.result
     if not result.found:
-        console.print("  no cell passes the scenarios that pass somewhere")
+        why = "no scenario passes in any cell" if not known.passing else "no cell passes the scenarios that pass somewhere"
+        console.print(f"  [bold]{escape(machine)}[/]: {why}{escape(idle)}", overflow="fold")
         return
     versions = ", ".join(f"{a} {v}" for a, v in result.versions)
-    console.print(f"  {escape(versions)}", overflow="fold")
-    console.print(f"  passes {len(wanted)} of the {len(passing)} scenario(s) that pass somewhere, in cell")
-    console.print(f"  {escape(result.cell_ids[0])}", overflow="fold")
-    if dropped:
+    console.print(f"  [bold]{escape(machine)}[/]", overflow="fold")
+    console.print(f"    {escape(versions)}", overflow="fold")
+    console.print(
+        f"    passes {len(known.kept)} of the {len(known.passing)} scenario(s) that pass somewhere on it{escape(idle)}, in cell",
+        overflow="fold",
+    )
+    console.print(f"    {escape(result.cell_ids[0])}", overflow="fold")
+    if known.dropped:
         by_group: dict[str, list[str]] = defaultdict(list)
-        for name in dropped:
+        for name in known.dropped:
             by_group[group_of(name)].append(name)
         named = ", ".join(_grouped(names) for _, names in sorted(by_group.items()))
-        console.print(f"  no tested set also passes: {escape(named)}", overflow="fold")
+        console.print(f"    no tested set also passes: {escape(named)}", overflow="fold")
 
 
 # -- the grid --------------------------------------------------------------------------------------

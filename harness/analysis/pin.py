@@ -4,13 +4,19 @@ A *candidate* is one combination of exact installed versions (a cell; its repeat
 and the machines it ran on are pooled) that meets the constraints. It *qualifies* when every
 chosen scenario has outcomes there and every one of them passed, on every machine it ran on:
 one failing repeat (a flaky cell), one missing scenario, one `not_applicable` or one
-`inconclusive` (the scenario never reached the state it checks) disqualifies it; `--gpu` and
-`--platform` narrow the evidence to one machine. Among the qualifying candidates the newest
+`inconclusive` (the scenario never reached the state it checks) disqualifies it; `--machine`
+narrows the evidence to one machine class (`rows.machine_class`: `cpu`, `2x NVIDIA H200`), and
+`--gpu` and `--platform` to the runs whose GPU or platform names match. Among the qualifying candidates the newest
 wins, compared axis by axis in the user's ranking, in the harness's one order of versions
 (`versions.order_key`), with one stated preference on top: a released version beats a git or
 path source, because a pin is what people paste. For every newer version that lost, the
 result names the scenario and signature that excluded it; when nothing qualifies, the
 scenario that fails in every candidate. The evidence names the machines it passed on.
+
+The known-good set (`known_good_sets`) is chosen per machine class, over the scenarios that
+pass somewhere on that class: a scenario that cannot run there (it needs a GPU, or two) is
+never counted against it. A selection of tests (`select_tests`: node ids, files, classes,
+folders) expands to the stored node ids it names.
 
 >>> rows = [
 ...     {"cell_id": f"acc{acc}", "scenario": "load", "status": status, "repeat": 0, "run_id": "r1", "gpu": "cpu",
@@ -33,8 +39,8 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from harness.analysis.rows import axis_sort, canonical, installed, json_map, machine_of
-from harness.analysis.status import Status
+from harness.analysis.rows import axis_sort, canonical, group_of, installed, json_map, machine_class, machine_of
+from harness.analysis.status import Status, is_evidence
 from harness.analysis.versions import release, requirement, version_key
 from harness.errors import BadInput
 
@@ -52,6 +58,12 @@ UV_PLATFORMS = {
 _FIX = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
 _UNTESTED = "not tested with the pinned versions of the other axes"
 _PYTHON_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+#: `--machine any`: every machine class pooled (a pin must then pass on each machine it ran on).
+ANY_MACHINE = "any"
+#: More chosen scenarios than this (a selection of tests): the text names them by file or class.
+_NAMED = 6
+#: Reasons named per excluded version; the rest are counted.
+_BLOCKERS = 3
 
 
 def preference(value: str | None) -> tuple[Any, ...]:
@@ -81,15 +93,17 @@ class Constraints:
 
     fixed: (axis, specifier) pairs: `==2.13.0` (which also admits `2.13.0+cpu`, as PEP 440 does),
     `<5.20`, or `==git+https://…` for a source. gpu / platform: case-insensitive substrings of
-    the run's GPU name (`H200`, `cpu`) and platform (`linux-x86_64`).
+    the run's GPU name (`H200`, `cpu`) and platform (`linux-x86_64`). machine: one machine class
+    exactly (`cpu`, `2x NVIDIA H200`; see `find_machine`), "" for any.
     """
 
     fixed: tuple[tuple[str, str], ...] = ()
     gpu: str = ""
     platform: str = ""
+    machine: str = ""
 
     @classmethod
-    def parse(cls, fixes: Iterable[str] = (), gpu: str = "", platform: str = "") -> Constraints:
+    def parse(cls, fixes: Iterable[str] = (), gpu: str = "", platform: str = "", machine: str = "") -> Constraints:
         """From `--fix torch=2.13.0` / `torch==2.13.0` / `transformers<5.20` / `transformers>=5.6,<5.20`."""
         fixed = []
         for text in fixes:
@@ -108,10 +122,12 @@ class Constraints:
                         f"--fix {text!r}: {spec!r} is neither a version nor a specifier; use e.g. torch=2.13.0 or transformers<5.20"
                     ) from None
             fixed.append((canonical(match.group(1)), spec))
-        return cls(tuple(fixed), gpu.strip(), platform.strip())
+        return cls(tuple(fixed), gpu.strip(), platform.strip(), machine.strip())
 
     def admits_row(self, row: Mapping[str, Any]) -> bool:
         gpu, platform = str(row.get("gpu") or ""), str(row.get("platform") or "")
+        if self.machine and machine_class(row) != self.machine:
+            return False
         return self.gpu.lower() in gpu.lower() and self.platform.lower() in platform.lower()
 
     def admits(self, versions: Mapping[str, str], requested: Mapping[str, str] | None = None) -> bool:
@@ -133,6 +149,8 @@ class Constraints:
 
     def describe(self) -> str:
         parts = [f"{axis}{spec}" for axis, spec in self.fixed]
+        if self.machine:
+            parts.append(f"machine {self.machine}")
         if self.gpu:
             parts.append(f"gpu ~ {self.gpu}")
         if self.platform:
@@ -283,7 +301,9 @@ class Exclusion:
 
     def describe(self) -> str:
         parts = [self.note] if self.note else []
-        parts += [b.describe() for b in self.blockers]
+        parts += [b.describe() for b in self.blockers[:_BLOCKERS]]
+        if len(self.blockers) > _BLOCKERS:  # a selection of tests: one line, not one per failing test
+            parts.append(f"and {len(self.blockers) - _BLOCKERS} more")
         return f"{self.axis} {self.version}: " + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,13 +340,15 @@ class PinResult:
     gpus: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
     python: str = ""
-    machines: tuple[str, ...] = ()  # the machine classes the evidence ran on (it passed on each)
+    machines: tuple[str, ...] = ()  # the machines the evidence ran on (it passed on each), platform and Python included
     freeze: tuple[tuple[str, str], ...] = ()  # every installed package -> version or URL
     inherited: tuple[tuple[str, str], ...] = ()  # taken from the base interpreter
     evidence: tuple[ScenarioEvidence, ...] = ()
     excluded: tuple[Exclusion, ...] = ()
     blocking: tuple[Blocker, ...] = ()  # when nothing qualifies: why, most cells first
     failing: tuple[tuple[str, int], ...] = ()  # when nothing qualifies: scenario -> candidate cells it fails in
+    selection: tuple[str, ...] = ()  # the tests as the user selected them (node ids, files, classes), when so
+    left_out: tuple[str, ...] = ()  # selected tests that never gave evidence on the machine (skipped there)
 
     @property
     def found(self) -> bool:
@@ -343,7 +365,7 @@ class PinResult:
     def header(self) -> str:
         when = self.last_seen[:10] if self.first_seen[:10] == self.last_seen[:10] else f"{self.first_seen[:10]}..{self.last_seen[:10]}"
         return (
-            f"# harness pin: the newest set on which {', '.join(self.scenarios)} passed\n"
+            f"# harness pin: the newest set on which {describe_names(self.scenarios)} passed\n"
             f"# evidence: cell {', '.join(self.cell_ids)}; run {', '.join(self.runs)}; {when}; "
             f"on {'; '.join(self.machines) or '?'}\n"
         )
@@ -393,24 +415,34 @@ class PinResult:
     def describe(self) -> list[str]:
         """The lines `harness pin` prints."""
         lines = [
-            f"pin for {', '.join(self.scenarios)} (rank: {', '.join(self.ranking)}"
+            f"pin for {describe_names(self.scenarios)} (rank: {', '.join(self.ranking)}"
             + (f"; constraints: {self.constraints.describe()}" if self.constraints.describe() else "")
             + ")"
         ]
+        if self.selection:
+            lines.append(f"  selected by {', '.join(self.selection)}")
+        if self.left_out:
+            where = f"machine {self.constraints.machine}" if self.constraints.machine else "the machines chosen"
+            lines.append(f"  left out: {describe_names(self.left_out)}, never run on {where} (skipped or not applicable there)")
         if not self.found:
             everywhere = [s for s, count in self.failing if count == self.candidates]
             if everywhere:
                 lines.append(f"nothing passes: {', '.join(everywhere)} does not pass in any of the {self.candidates} candidate cell(s)")
             else:
                 lines.append(f"nothing passes: none of the {self.candidates} candidate cell(s) passes every chosen scenario")
-            for scenario, count in self.failing:
+            for scenario, count in self.failing[: _NAMED * 2]:
                 lines.append(f"  {scenario}: does not pass in {count} of {self.candidates} cell(s)")
                 lines += [f"    {b.reason} ({len(b.cells)} cell(s), e.g. {b.cells[0]})" for b in self.blocking if b.scenario == scenario]
+            if len(self.failing) > _NAMED * 2:
+                lines.append(f"  … and {len(self.failing) - _NAMED * 2} more that do not pass somewhere (--json lists them)")
             return lines
         width = max(len(axis) for axis, _ in self.versions)
         lines += [f"  {axis:<{width}}  {value}" for axis, value in self.versions]
         lines.append(self.header().splitlines()[1].removeprefix("# "))
-        lines.append("  " + "; ".join(f"{e.scenario}: pass {e.passed}/{e.passed}" for e in self.evidence))
+        if len(self.evidence) <= _NAMED:
+            lines.append("  " + "; ".join(f"{e.scenario}: pass {e.passed}/{e.passed}" for e in self.evidence))
+        else:
+            lines.append(f"  {len(self.evidence)} tests: every outcome passed ({sum(e.passed for e in self.evidence)} outcome(s))")
         lines.append(f"{self.qualifying} of {self.candidates} candidate cell(s) pass every chosen scenario")
         if self.excluded:
             lines.append("newer versions not used:")
@@ -423,7 +455,12 @@ class PinResult:
         return {
             "found": self.found,
             "scenarios": list(self.scenarios),
-            "constraints": {"fixed": dict(self.constraints.fixed), "gpu": self.constraints.gpu, "platform": self.constraints.platform},
+            "constraints": {
+                "fixed": dict(self.constraints.fixed),
+                "gpu": self.constraints.gpu,
+                "platform": self.constraints.platform,
+                "machine": self.constraints.machine,
+            },
             "ranking": list(self.ranking),
             "candidates": self.candidates,
             "qualifying": self.qualifying,
@@ -442,6 +479,8 @@ class PinResult:
             "excluded": [e.to_dict() for e in self.excluded],
             "blocking": [b.to_dict() for b in self.blocking],
             "failing": dict(self.failing),
+            "selection": list(self.selection),
+            "left_out": list(self.left_out),
         }
 
 
@@ -564,21 +603,181 @@ def _nothing_passes(
     return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))
 
 
-def choose_for_passing(rows: Sequence[Mapping[str, Any]]) -> tuple[PinResult, list[str], list[str]] | None:
-    """The known-good set: the newest cell passing every scenario that passes somewhere.
+def choose_for_passing(
+    rows: Sequence[Mapping[str, Any]], constraints: Constraints | None = None
+) -> tuple[PinResult, list[str], list[str]] | None:
+    """The known-good set of one machine's rows: the newest cell passing every scenario that passes somewhere.
 
     Where no cell passes them all, the scenario that keeps the most candidate cells out is
     dropped, then the next, until one does. Returns (result, scenarios kept, scenarios dropped),
-    or None when nothing passes anywhere. The summary and `harness watch` both ask this.
+    or None when nothing passes anywhere. `known_good_sets` asks it once per machine class, for
+    the summary, `harness watch`, reports and the dashboard.
     """
-    passing = sorted({str(r["scenario"]) for r in rows if r["status"] == Status.PASS})
+    admitted = [r for r in rows if constraints is None or constraints.admits_row(r)]
+    passing = sorted({str(r["scenario"]) for r in admitted if r["status"] == Status.PASS})
     if not passing:
         return None
     wanted, dropped = list(passing), []
-    result = choose(rows, wanted)
+    result = choose(admitted, wanted, constraints)
     while not result.found and len(wanted) > 1:
         worst = result.failing[0][0]
         wanted.remove(worst)
         dropped.append(worst)
-        result = choose(rows, wanted)
+        result = choose(admitted, wanted, constraints)
     return result, wanted, dropped
+
+
+# -- names and selections ----------------------------------------------------------------------
+def describe_names(names: Sequence[str]) -> str:
+    """A few scenarios by name; many tests by where they live.
+
+    >>> describe_names(["load", "lora"]), describe_names([f"tests/test_x.py::test_{i}" for i in range(40)])
+    ('load, lora', '40 tests in tests/test_x.py')
+    """
+    if len(names) <= _NAMED:
+        return ", ".join(names)
+    groups = sorted({group_of(n) for n in names})
+    if not any("::" in n for n in names):
+        return f"{len(names)} scenarios ({', '.join(names[:3])}, …)"
+    where = ", ".join(groups) if len(groups) <= 3 else f"{len(groups)} files or classes"
+    return f"{len(names)} tests in {where}"
+
+
+def _selector(text: str) -> str:
+    return text.strip().replace("\\", "/").removeprefix("./")
+
+
+def selects(selector: str, name: str) -> bool:
+    """Whether a selection names this stored scenario or test node id, as pytest would read it.
+
+    A node id, a file (`tests/test_x.py`), a class (`tests/test_x.py::TestX`), a test with all
+    its parametrizations (`tests/test_x.py::test_f`), a folder (`tests/`), or a scenario's name.
+    """
+    chosen = _selector(selector).rstrip("/")
+    if name == chosen or name.startswith((f"{chosen}::", f"{chosen}[")):
+        return True
+    return "::" not in chosen and "::" in name and name.split("::", 1)[0].startswith(f"{chosen}/")
+
+
+def select_tests(stored: Iterable[str], selectors: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the stored names the selectors choose, in stored order; the selectors that chose nothing).
+
+    A file's own node id (`tests/test_x.py`, stored when the file could not be collected in some
+    cell) is chosen only when the file has no test stored: its tests are what a pin must pass,
+    and a cell where it could not be collected already lacks their outcomes.
+
+    >>> stored = ["t/test_a.py::TestX::test_1[0]", "t/test_a.py::TestX::test_1[1]", "t/test_a.py::test_2"]
+    >>> stored += ["t/test_b.py::test_3", "t/test_b.py"]
+    >>> select_tests(stored, ["t/test_a.py::TestX"])
+    (['t/test_a.py::TestX::test_1[0]', 't/test_a.py::TestX::test_1[1]'], [])
+    >>> select_tests(stored, ["t/test_b.py", "t/test_c.py"])
+    (['t/test_b.py::test_3'], ['t/test_c.py'])
+    """
+    names = list(dict.fromkeys(stored))
+    with_tests = {n.split("::", 1)[0] for n in names if "::" in n}
+    chosen: dict[str, None] = {}
+    empty = []
+    for selector in selectors:
+        found = [n for n in names if selects(selector, n) and ("::" in n or n not in with_tests)]
+        if not found:
+            empty.append(selector)
+        chosen.update(dict.fromkeys(found))
+    return [n for n in names if n in chosen], empty
+
+
+# -- machine classes ---------------------------------------------------------------------------
+def machine_classes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The machine classes that rows ran on: `cpu` first, then the GPU classes by name."""
+    found = {machine_class(r) for r in rows} - {""}
+    return sorted(found, key=lambda c: (c != "cpu", c))
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", ""))
+
+
+def find_machine(text: str, classes: Sequence[str]) -> str | None:
+    """The class the user means: case, spaces and the word NVIDIA do not matter (`2xH200`); `any` pools them.
+
+    >>> find_machine("2x h200", ["cpu", "1x NVIDIA H200", "2x NVIDIA H200"]), find_machine("H100", ["cpu"])
+    ('2x NVIDIA H200', None)
+    """
+    wanted = text.strip()
+    if wanted.lower() == ANY_MACHINE:
+        return ANY_MACHINE
+    return next((c for c in classes if c == wanted), None) or next((c for c in classes if _normal(c) == _normal(wanted)), None)
+
+
+def newest_machine(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The machine class of the newest run among `rows` (by its latest outcome); "" without any."""
+    latest: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        run, when = str(row.get("run_id") or ""), _when(row.get("started_at"))
+        if machine_class(row) and (run not in latest or when > latest[run][0]):
+            latest[run] = (when, machine_class(row))
+    if not latest:
+        return ""
+    newest = max(latest, key=lambda run: (latest[run][0], run))
+    return latest[newest][1]
+
+
+def with_evidence(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The scenarios that ran somewhere in `rows` and passed or failed (not only skipped, xfail or unbuilt)."""
+    return {str(r["scenario"]) for r in rows if is_evidence(str(r["status"]))}
+
+
+# -- the known-good set per machine ------------------------------------------------------------
+@dataclass(frozen=True)
+class KnownGoodSet:
+    """The known-good set of one machine class, and over which scenarios it was chosen."""
+
+    machine: str  # `cpu`, `1x NVIDIA H200`; "" for rows with no host
+    result: PinResult  # `found` is False when no cell passes even one of them
+    kept: tuple[str, ...]  # pass in the chosen cell
+    dropped: tuple[str, ...] = ()  # pass somewhere on this machine, but in no cell together with the kept ones
+    not_applicable: tuple[str, ...] = ()  # stored, but not applicable in every cell here (it needs a GPU, or two)
+    failing: tuple[str, ...] = ()  # ran here, never passed
+
+    @property
+    def passing(self) -> tuple[str, ...]:
+        """Every scenario that passes somewhere on this machine: what the set is chosen over."""
+        return (*self.kept, *self.dropped)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine,
+            "found": self.result.found,
+            "versions": dict(self.result.versions),
+            "cell_ids": list(self.result.cell_ids),
+            "kept": list(self.kept),
+            "dropped": list(self.dropped),
+            "not_applicable": list(self.not_applicable),
+            "failing": list(self.failing),
+        }
+
+
+def known_good_sets(rows: Sequence[Mapping[str, Any]]) -> list[KnownGoodSet]:
+    """One known-good set per machine class (`machine_classes` order), each over that class's own rows.
+
+    A scenario counts for a class only where it passes somewhere on that class, so a GPU
+    scenario never keeps a CPU cell out, and a CPU-only one never keeps a GPU cell out.
+    """
+    by_class: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_class[machine_class(row)].append(row)
+    stored = {str(r["scenario"]) for r in rows}
+    found = []
+    for machine in [*machine_classes(rows), *([""] if "" in by_class else [])]:
+        mine = by_class[machine]
+        constraints = Constraints(machine=machine)
+        chosen = choose_for_passing(mine, constraints)
+        ran = {str(r["scenario"]) for r in mine if r["status"] != Status.NOT_APPLICABLE}
+        idle = tuple(sorted(stored - ran))
+        evidence = with_evidence(mine)
+        if chosen is None:
+            empty = PinResult((), constraints, (), 0, 0)
+            found.append(KnownGoodSet(machine, empty, (), (), idle, tuple(sorted(evidence))))
+            continue
+        result, kept, dropped = chosen
+        found.append(KnownGoodSet(machine, result, tuple(kept), tuple(dropped), idle, tuple(sorted(evidence - {*kept, *dropped}))))
+    return found

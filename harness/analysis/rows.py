@@ -161,3 +161,34 @@ def machine_of(row: Mapping[str, Any]) -> Machine:
     # A row with no host at all (pure tests, hand-made rows) has no machine class to name.
     accelerator = str(row.get("gpu") or ("cpu" if row.get("platform") else ""))
     return Machine(str(row.get("platform") or ""), accelerator, python, cuda)
+
+
+# -- machine classes -------------------------------------------------------------------------
+def machine_class(row: Mapping[str, Any]) -> str:
+    """What a known-good set is chosen per: `cpu`, or the GPU model with how many the run saw.
+
+    The GPU count is part of the class because a scenario that needs two GPUs is
+    `not_applicable` on one; platform, Python and CUDA are not (a pin pools them and names
+    them as its evidence). "" for a row with no host at all (hand-made rows).
+
+    >>> machine_class({"gpu": "NVIDIA H200", "gpu_count": 2}), machine_class({"gpu": "cpu", "gpu_count": 0, "platform": "linux-x86_64"})
+    ('2x NVIDIA H200', 'cpu')
+    """
+    gpu = str(row.get("gpu") or "")
+    if not gpu or gpu.lower() == "cpu":
+        return "cpu" if gpu or row.get("platform") else ""
+    try:
+        count = int(row.get("gpu_count") or 0)
+    except (TypeError, ValueError):
+        count = 0
+    return f"{count}x {gpu}" if count > 0 else gpu
+
+
+def group_of(scenario: str) -> str:
+    """Where a test node id lives (its file, or file::Class); a scenario is its own group.
+
+    >>> group_of("tests/test_x.py::TestLora::test_merge[4bit]"), group_of("tests/test_y.py::test_a"), group_of("gemma4_lora")
+    ('tests/test_x.py::TestLora', 'tests/test_y.py', 'gemma4_lora')
+    """
+    parts = scenario.split("::")
+    return "::".join(parts[:2]) if len(parts) > 2 else parts[0]

@@ -120,7 +120,7 @@ def test_pin_writes_requirements_constraints_and_a_lock(db: Path, tmp_path: Path
     proc = run_cli("pin", "--db", str(db), "--scenario", LOAD, "--scenario", LORA, "--fix", "torch=2.13.0", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == f"pin for {LOAD}, {LORA} (rank: transformers, peft, accelerate, bitsandbytes, torch; constraints: torch==2.13.0)"
+    assert lines[0] == f"pin for {LOAD}, {LORA} (rank: transformers, peft, accelerate, bitsandbytes, torch; constraints: torch==2.13.0, machine cpu)"
     assert lines[1:6] == [
         "  torch         2.13.0+cpu",
         "  transformers  5.23.0",
