@@ -92,6 +92,15 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument("--test-requirement", action="append", default=[], help="with --tests: a test dependency for every cell (repeatable)")
     p.add_argument(
+        "--tests-of",
+        default="",
+        metavar="PACKAGE",
+        help="run PACKAGE's own tests, from --tests-git at the tag of each cell's installed version",
+    )
+    p.add_argument(
+        "--tests-git", default="", metavar="PATH_OR_URL", help="with --tests-of: the package's git repository (a clone, a mirror or a URL)"
+    )
+    p.add_argument(
         "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
     )
     p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
@@ -144,6 +153,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     options.shard = parse_shard(args.shard) if args.shard else None
     options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
     options.test_requirements = args.test_requirement
+    options.tests_of, options.tests_git = args.tests_of, args.tests_git
     if args.jobs < 1:
         raise BadInput(f"--jobs {args.jobs}: give at least 1")
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns

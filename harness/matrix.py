@@ -54,6 +54,8 @@ TOP_KEYS = {"matrix", "axes", "include", "exclude", "tests"}
 #: The [tests] table: a team's pytest suite as the checks (harness/testsuite.py).
 TESTS_KEYS: dict[str, type | tuple[type, ...]] = {
     "root": str,
+    "of": str,
+    "git": str,
     "paths": list,
     "k": str,
     "m": str,
@@ -236,7 +238,8 @@ def parse_matrix_lenient(text: str, source: str = "matrix.toml") -> MatrixSpec:
 
 
 def _parse_tests(raw: Any, problems: list[str]) -> dict[str, Any]:
-    """[tests]: root = "." (where the team types pytest), paths = ["tests"], k, m, requirements, timeout."""
+    """[tests]: root = "." (where the team types pytest), paths = ["tests"], k, m, requirements, timeout;
+    or of = "peft" and git = PATH_OR_URL: that package's own tests at each cell's tag."""
     if not isinstance(raw, dict):
         problems.append('[tests] must be a table, e.g. [tests] paths = ["tests"]')
         return {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sysconfig
 import threading
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import __version__, hostinfo, outcome
+from harness.analysis.status import Status
 from harness.candidates import (
     IndexUnreachable,
     PackageIndex,
@@ -41,7 +43,7 @@ from harness.culprits import CudaCulprits
 from harness.envs import EnvResult, build_env
 from harness.errors import BadInput
 from harness.gpus import GpuPlan
-from harness.interpret import RawRun, interpret
+from harness.interpret import Interpretation, RawRun, interpret
 from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome
 from harness.preloads import learned_preload, remember
@@ -49,6 +51,7 @@ from harness.redact import mask, secret_values
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
 from harness.schedule import Feed, Running, spares_for, worth_helping
+from harness.testsource import NoTests, check_source
 from harness.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
 from harness.zygote import ZygotePool
 
@@ -81,6 +84,10 @@ class SweepOptions:
     keyword: str = ""
     marker: str = ""
     test_requirements: list[str] = field(default_factory=list)
+    # A package's own tests (`harness/testsource.py`): `tests_git` holds them, and each cell
+    # runs those of the tag of the `tests_of` version installed there.
+    tests_of: str = ""
+    tests_git: str = ""
 
 
 @dataclass
@@ -151,10 +158,9 @@ def plan(options: SweepOptions) -> SweepPlan:
     scenarios: list[Scenario] = select(options.scenarios) if options.scenarios or not suite else []
     if suite is not None:
         scenarios.append(suite)
-        spec.settings.extra_requirements = [
-            *spec.settings.extra_requirements,
-            *needed_packages(suite.root, _test_requirements(options, spec)),
-        ]
+        source, cache = suite.source, suite.root
+        config = (lambda name: source.read_config(name, cache)) if source is not None else suite.root
+        spec.settings.extra_requirements = [*spec.settings.extra_requirements, *needed_packages(config, _test_requirements(options, spec))]
     cells = resolved.cells
     if options.cells:
         known = {c.id: c for c in cells}
@@ -176,12 +182,16 @@ def _suite(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
     table = spec.tests
     paths = options.tests or list(table.get("paths", []))
     root = options.tests_root or str(table.get("root", "")) or ("." if paths else "")
-    if not paths and not root:
+    package, repo = options.tests_of or str(table.get("of", "")), options.tests_git or str(table.get("git", ""))
+    if not paths and not root and not package and not repo:
         return None
     keyword = options.keyword or str(table.get("k", ""))
     marker = options.marker or str(table.get("m", ""))
-    timeout = table.get("timeout")
-    return make_suite(root, paths, keyword, marker, float(timeout) if timeout else None)
+    timeout = float(table["timeout"]) if table.get("timeout") else None
+    if package or repo:
+        cache = (options.env_root or Path(spec.settings.env_dir)).resolve() / "suites"
+        return make_suite(cache, paths, keyword, marker, timeout, check_source(package, repo, cache))
+    return make_suite(root, paths, keyword, marker, timeout)
 
 
 def _test_requirements(options: SweepOptions, spec: MatrixSpec) -> list[str]:
@@ -667,6 +677,11 @@ class Sweep:
         """The suite in this cell: every test's outcome stored as it comes (a stopped sweep keeps
         them), those stored already left out (resume)."""
         run_id = self.plan.run_id
+        try:
+            suite = suite.in_cell(env.freeze)
+        except (NoTests, subprocess.CalledProcessError) as err:
+            said = str(err) if isinstance(err, NoTests) else f"git failed: {(err.stderr or '').strip()[:300]}"
+            return [self._emit(_no_tests(run_id, cell.id, suite, said), cell)]
         done = [s for c, s, r in self.store.done_keys(run_id) if c == cell.id]
         events, output = runner.tmp / "suite-events.jsonl", runner.tmp / "suite-output.log"
         timeout = float(suite.timeout or self.settings.timeout)
@@ -720,6 +735,14 @@ def _suite_outcome(
     result = interpret_result(event, libraries)
     raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="")
     return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
+
+
+def _no_tests(run_id: str, cell_id: str, suite: Suite, why: str) -> Outcome:
+    """The suite could not be had in this cell (no tag for its version): inconclusive, not a failure."""
+    name = " ".join(suite.paths) or (f"{suite.source.package} tests" if suite.source else ".")
+    said = Interpretation(Status.INCONCLUSIVE, why, None, "")
+    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=0.0, output_tail="")
+    return outcome.scenario_outcome(run_id, cell_id, name, 0, said, raw, [])
 
 
 def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:

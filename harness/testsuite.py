@@ -22,7 +22,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from harness.errors import BadInput
 from harness.interpret import Interpretation
 from harness.scenarios import Scenario
 from harness.signature import Frame, make_signature, status_signature
+from harness.testsource import NoTests, TestSource
 
 CHILD = Path(__file__).with_name("testsuite_child.py")
 #: A worker that dies this many times in a row without finishing a test is not started again.
@@ -61,6 +62,20 @@ class Suite(Scenario):
     paths: tuple[str, ...] = ()
     keyword: str = ""
     marker: str = ""
+    #: A package's own tests: `root` is then a cache folder, and each cell runs the tests of
+    #: the package's tag for the version installed there (`in_cell`).
+    source: TestSource | None = None
+
+    def in_cell(self, freeze: dict[str, str]) -> Suite:
+        """The suite as this cell runs it: with a source, rooted at the checkout of the installed
+        version's tag (testsource.NoTests if the package is not installed or has no tag)."""
+        if self.source is None:
+            return self
+        version = freeze.get(self.source.package) or freeze.get(self.source.package.replace("_", "-"))
+        if not version:
+            raise NoTests(f"{self.source.package} is not installed in this cell; its tests need it (add it to the matrix)")
+        root = self.source.checkout(version, self.paths, self.root)
+        return replace(self, root=root, path=root / "conftest.py", source=None)
 
     def args(self) -> list[str]:
         """pytest's arguments: the team's own selection, and two that keep cells apart: no cache
@@ -70,8 +85,12 @@ class Suite(Scenario):
         return [*selection, "-p", "no:cacheprovider", "--continue-on-collection-errors"]
 
     def digest(self) -> str:
-        """Changes with the selection and with any test or conftest file (learned preloads start again)."""
+        """Changes with the selection and with any test or conftest file (learned preloads start
+        again); with a source, with the repository's newest commit."""
         h = hashlib.sha256(json.dumps([str(self.root), self.paths, self.keyword, self.marker]).encode())
+        if self.source is not None:
+            h.update(f"{self.source.package} {self.source.repo} {self.source.head(self.root)}".encode())
+            return h.hexdigest()[:12]
         for path in self._files():
             h.update(str(path).encode() + str(path.stat().st_mtime_ns).encode())
         return h.hexdigest()[:12]
@@ -87,8 +106,28 @@ class Suite(Scenario):
         return found
 
 
-def make_suite(root: str | Path, paths: Iterable[str] = (), keyword: str = "", marker: str = "", timeout: float | None = None) -> Suite:
-    """The suite at `root` (the folder where the team types `pytest`), checked."""
+def make_suite(
+    root: str | Path,
+    paths: Iterable[str] = (),
+    keyword: str = "",
+    marker: str = "",
+    timeout: float | None = None,
+    source: TestSource | None = None,
+) -> Suite:
+    """The suite at `root` (the folder where the team types `pytest`), checked. With a `source`,
+    `root` is the cache its checkouts go to, and the paths are checked per cell, at its tag."""
+    if source is not None:
+        cache = Path(root).resolve()
+        return Suite(
+            name="pytest",
+            path=cache / "conftest.py",
+            timeout=timeout,
+            root=cache,
+            paths=tuple(paths),
+            keyword=keyword,
+            marker=marker,
+            source=source,
+        )
     folder = Path(root).resolve()
     if not folder.is_dir():
         raise BadInput(f"tests root {str(root)!r} is not a folder; pass the folder where you run pytest (--tests-root DIR)")
@@ -99,29 +138,42 @@ def make_suite(root: str | Path, paths: Iterable[str] = (), keyword: str = "", m
     return Suite(name="pytest", path=folder / "conftest.py", timeout=timeout, root=folder, paths=chosen, keyword=keyword, marker=marker)
 
 
-def _ini(root: Path) -> dict[str, str]:
-    """The suite's pytest configuration, from the file pytest itself would pick first."""
-    pyproject = root / "pyproject.toml"
+#: Reads one root file of the suite by name; None where there is none.
+ReadFile = Callable[[str], str | None]
+
+
+def _in_folder(root: Path) -> ReadFile:
+    return lambda name: (root / name).read_text() if (root / name).is_file() else None
+
+
+def _ini(read: ReadFile) -> dict[str, str]:
+    """The suite's pytest configuration, from the file pytest itself would pick first. In
+    pyproject.toml, pytest 9's native `[tool.pytest]` table is read like `[tool.pytest.ini_options]`.
+
+    >>> _ini({"pyproject.toml": '[tool.pytest]\\naddopts = ["--cov=src/peft", "-q"]'}.get)
+    {'addopts': '--cov=src/peft -q'}
+    """
     for name in ("pytest.ini", ".pytest.ini"):
-        if (root / name).is_file():
-            return _cfg_section(root / name, "pytest")
-    if pyproject.is_file():
-        options = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pytest", {}).get("ini_options")
+        if (text := read(name)) is not None:
+            return _cfg_section(text, "pytest")
+    if (text := read("pyproject.toml")) is not None:
+        table = tomllib.loads(text).get("tool", {}).get("pytest", {})
+        options = table.get("ini_options", {k: v for k, v in table.items() if k != "ini_options"} if table else None)
         if isinstance(options, dict):
             return {k: " ".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in options.items()}
     for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
-        if (root / name).is_file() and (found := _cfg_section(root / name, section)):
+        if (text := read(name)) is not None and (found := _cfg_section(text, section)):
             return found
     return {}
 
 
-def _cfg_section(path: Path, section: str) -> dict[str, str]:
+def _cfg_section(text: str, section: str) -> dict[str, str]:
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read(path)
+    parser.read_string(text)
     return dict(parser[section]) if parser.has_section(section) else {}
 
 
-def needed_packages(root: Path, extra: Iterable[str] = ()) -> list[str]:
+def needed_packages(root: Path | ReadFile, extra: Iterable[str] = ()) -> list[str]:
     """What every cell needs to run the suite: pytest, the plugins its configuration names
     (`required_plugins`, and options such as `--cov` in `addopts`), and the suite's own
     test dependencies. Never axes: they resolve with each cell's pins.
@@ -131,7 +183,7 @@ def needed_packages(root: Path, extra: Iterable[str] = ()) -> list[str]:
     >>> needed_packages(root, ["parameterized"])
     ['pytest', 'pytest-timeout>=2', 'pytest-cov', 'parameterized']
     """
-    ini = _ini(root)
+    ini = _ini(_in_folder(root) if isinstance(root, Path) else root)
     found = ["pytest", *ini.get("required_plugins", "").split()]
     for option in ini.get("addopts", "").split():
         plugin = next((p for flag, p in PLUGIN_OPTIONS.items() if _names(option, flag)), None)
