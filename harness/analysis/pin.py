@@ -656,7 +656,7 @@ def selects(selector: str, name: str) -> bool:
     chosen = _selector(selector).rstrip("/")
     if name == chosen or name.startswith((f"{chosen}::", f"{chosen}[")):
         return True
-    return "::" not in chosen and "::" in name and name.split("::", 1)[0].startswith(f"{chosen}/")
+    return "::" not in chosen and name.split("::", 1)[0].startswith(f"{chosen}/")
 
 
 def select_tests(stored: Iterable[str], selectors: Sequence[str]) -> tuple[list[str], list[str]]:
