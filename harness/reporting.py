@@ -14,6 +14,7 @@ from typing import Any
 
 from harness import queries
 from harness.analysis.attribution import attribute, seen_versions, to_rows, unlisted_axes
+from harness.analysis.pin import known_good_sets
 from harness.analysis.report import render_cell_report, render_signature_report
 from harness.analysis.rows import distance, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES
@@ -93,8 +94,20 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
     unlisted = unlisted_axes(rows, known)
     transitions = to_rows(attribute(rows, known_versions=releases, unlisted=unlisted))
     files, docs = _scenario_texts(scenarios)
+    # The known-good set of each machine class, so the report names the one for its own machine.
+    known_good = {k.machine: k for k in known_good_sets(everything)}
     if signature:
-        return render_signature_report(chosen, rows, transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=name)
+        return render_signature_report(
+            chosen, rows, transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=name, known_good=known_good
+        )
     return render_cell_report(
-        cell, rows, records[0] if records else None, transitions=transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=name
+        cell,
+        rows,
+        records[0] if records else None,
+        transitions=transitions,
+        runs=runs,
+        scenario_files=files,
+        scenario_docs=docs,
+        db=name,
+        known_good=known_good,
     )

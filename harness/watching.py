@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import __version__, live, queries
+from harness import __version__, hostinfo, live, queries
 from harness.analysis import watch as analysis
 from harness.analysis.attribution import Transition, attribute
+from harness.analysis.pin import machine_classes
 from harness.analysis.refine import Plan
-from harness.analysis.rows import machine_of
+from harness.analysis.rows import machine_class, machine_of
 from harness.attributing import index_releases
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
 from harness.errors import BadInput
@@ -103,12 +104,17 @@ def watch(
     if not options.db.is_file():
         raise BadInput(f"results file {str(options.db)!r} does not exist; run `harness sweep` first (or pass --db)")
     prefix = here(spec.settings.python)
+    host_class = machine_class(hostinfo.describe())  # the known-good set is per machine class: cpu, 2x NVIDIA H200
     notes = [f"not watched: {a} (not a list of releases in the matrix)" for a in resolved.axes if a not in watched]
 
     with Store(options.db) as store:
-        everything = analysis.on_machine(queries.outcome_rows(store), prefix)
+        on_host = analysis.on_machine(queries.outcome_rows(store), prefix)
+        chosen_class = analysis.nearest_class(machine_classes(on_host), host_class)
+        everything = analysis.on_class(on_host, [chosen_class])
         if not everything:
-            raise BadInput(f"no outcomes in {str(options.db)!r} ran on this machine ({prefix}); run `harness sweep` here first")
+            raise BadInput(
+                f"no outcomes in {str(options.db)!r} ran on this machine ({prefix}; {host_class}); run `harness sweep` here first"
+            )
         good = analysis.known_good(everything)
         if good is None:
             raise BadInput(
@@ -144,7 +150,7 @@ def watch(
         refined = ""
         if targets and not options.dry_run:
             refined = _build(options, spec, resolved, index, store, run_id, cells, records, scenarios, targets, machine, reporter, on_round)
-        after = analysis.on_machine(queries.outcome_rows(store), prefix)
+        after = analysis.on_class(analysis.on_machine(queries.outcome_rows(store), prefix), {chosen_class, host_class})
         transitions = list(attribute(after, known_versions=queries.known_releases(store)).transitions)
     mine = [r for r in after if r.get("run_id") == run_id]
     results = analysis.verdict(good, targets, after, mine, transitions, machine)

@@ -29,8 +29,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
-from harness.analysis.pin import Sources
-from harness.analysis.rows import axis_sort, distance, installed, machine_of
+from harness.analysis.pin import KnownGoodSet, Sources
+from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of
 from harness.analysis.status import FAILURES
 from harness.analysis.versions import requirement, version_key
 from harness.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
@@ -465,6 +465,31 @@ def _footer(rows: Sequence[Mapping[str, Any]], runs: Mapping[str, Mapping[str, A
     ]
 
 
+def _known_good(known: Mapping[str, KnownGoodSet], row: Mapping[str, Any], scenarios: Sequence[str]) -> list[str]:
+    """The known-good set of the machine class the report is about, and whether its scenarios pass there."""
+    machine = machine_class(row)
+    good = known.get(machine)
+    if good is None or not good.result.found:
+        return []
+    versions = ", ".join(f"{a} {v}" for a, v in good.result.versions)
+    passing = [s for s in scenarios if s in good.kept]
+    others = [s for s in scenarios if s not in good.kept and s not in good.not_applicable]
+    out = [
+        f"### Known-good set on {machine}",
+        "",
+        f"`{versions}` (cell `{good.result.cell_ids[0]}`): the newest tested set on which every scenario that passes on "
+        f"this machine class passes ({len(good.kept)} of {len(good.passing)}).",
+    ]
+    if passing:
+        out.append(f"{', '.join(f'`{s}`' for s in passing)} pass{'es' if len(passing) == 1 else ''} there.")
+    if others:
+        out.append(
+            f"{', '.join(f'`{s}`' for s in others)} not among them: "
+            f"`harness pin --machine '{machine}' --scenario …` names the newest set where it passes, if any."
+        )
+    return [*out, ""]
+
+
 # -- the two reports -------------------------------------------------------------------------
 def render_signature_report(
     signature: str,
@@ -476,6 +501,7 @@ def render_signature_report(
     scenario_files: Mapping[str, str] | None = None,
     scenario_docs: Mapping[str, str] | None = None,
     db: str = "",
+    known_good: Mapping[str, KnownGoodSet] | None = None,
 ) -> str:
     """An issue body for one failure signature.
 
@@ -483,7 +509,8 @@ def render_signature_report(
     ones included: they are the contrast. transitions: attribution rows (`Store.transitions()`
     or `attribution.to_rows`); those of other signatures are ignored. cells: cell id -> its
     `cells` record (for the full freeze). runs: run id -> `Store.runs_info()` entry (settings,
-    host, matrix path). scenario_files / scenario_docs: name -> path / docstring.
+    host, matrix path). scenario_files / scenario_docs: name -> path / docstring. known_good:
+    machine class -> its known-good set (`pin.known_good_sets`): the example's is named.
     """
     rows = list(rows)
     runs, cells, files, docs = runs or {}, cells or {}, scenario_files or {}, scenario_docs or {}
@@ -536,6 +563,7 @@ def render_signature_report(
     table = _contrast(list(grouped.values()), scenarios, signature, evidence=compared)
     out += ["### Where it passes and where it fails", "", *table, ""]
     out += ["### Attribution", "", *_attribution(moves), ""]
+    out += _known_good(known_good or {}, example, scenarios)
     out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios, runs, files), ""]
     out += ["### Traceback (tail)", "", _fence(_tail(trace)) if trace.strip() else "(none recorded)", ""]
     family = str(example.get("signature_family") or "")
@@ -553,6 +581,7 @@ def render_cell_report(
     scenario_files: Mapping[str, str] | None = None,
     scenario_docs: Mapping[str, str] | None = None,
     db: str = "",
+    known_good: Mapping[str, KnownGoodSet] | None = None,
 ) -> str:
     """An issue body for one cell: every scenario's outcome there, its neighbours, each failure.
 
@@ -614,6 +643,7 @@ def render_cell_report(
         out.append(f"| `{scenario}` | {_cell_text(_word(srows))} | {_cell_text(code(short) if sig else '')} |")
     out.append("")
     out += ["### Environment", "", *_environment(example, cell_record, runs), ""]
+    out += _known_good(known_good or {}, example, failing)
     record = cell_record or {}
     if record.get("env_status") and record.get("env_status") != "ready":
         out += [f"The environment did not build ({record['env_status']}); the resolver's or installer's words:", ""]

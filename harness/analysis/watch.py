@@ -1,9 +1,10 @@
 """The watch for new releases: what is new, which cells test it, and what the outcomes say. Pure.
 
-`harness watch` (the driver is `harness.watching`) reads a results file on one machine and asks
-these functions, in order:
+`harness watch` (the driver is `harness.watching`) reads a results file on one machine class
+(`nearest_class`: this host's `cpu` or `2x NVIDIA H200`, as `harness pin --machine` names it) and
+asks these functions, in order:
 
-1. `known_good`: the last known-good set, by the pin's rule (`analysis.pin.choose`): the newest
+1. `known_good`: that class's known-good set, by the pin's rule (`analysis.pin.choose`): the newest
    cell on which every scenario that passes somewhere passes; where no cell passes them all,
    the scenario that keeps the most cells out is dropped, then the next (as the summary does).
    The scenarios that pass there are *guarded*.
@@ -47,8 +48,8 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
-from harness.analysis.pin import PinResult, choose_for_passing
-from harness.analysis.rows import axis_sort, machine_of, points, requested, signature_of
+from harness.analysis.pin import PinResult, choose_for_passing, machine_classes
+from harness.analysis.rows import axis_sort, machine_class, machine_of, points, requested, signature_of
 from harness.analysis.status import FAILURES, Status, fold_statuses
 from harness.analysis.versions import release
 
@@ -71,6 +72,7 @@ class KnownGood:
     statuses: tuple[tuple[str, str], ...] = ()  # every scenario it ran -> its word (`pass`, `error`, `error 1/3 mixed`)
     signatures: tuple[tuple[str, str], ...] = ()  # a scenario failing there -> its signature
     labels: tuple[tuple[str, str], ...] = ()  # axis -> its value as attribution names it (an inherited axis by its version)
+    machine_class: str = ""  # `cpu`, `1x NVIDIA H200`: the class whose known-good set this is
 
     @property
     def versions(self) -> tuple[tuple[str, str], ...]:
@@ -86,6 +88,36 @@ class KnownGood:
 
     def describe(self) -> str:
         return ", ".join(f"{a} {v}" for a, v in self.versions)
+
+    def named(self) -> str:
+        """`known-good set on 1x NVIDIA H200`: the set is per machine class, and says whose it is."""
+        return "known-good set" + (f" on {self.machine_class}" if self.machine_class else "")
+
+
+def nearest_class(classes: Sequence[str], host: str) -> str:
+    """The stored class a watch on `host` reads: its own, else the same GPU with the most GPUs
+    it has (a sweep run with `--gpus 0` on a two-GPU host is a one-GPU class); "" when none.
+
+    >>> nearest_class(["cpu", "1x NVIDIA H200"], "2x NVIDIA H200"), nearest_class(["cpu"], "1x NVIDIA H200")
+    ('1x NVIDIA H200', '')
+    """
+    if host in classes:
+        return host
+    count, model = _gpus(host)
+    fits = [c for c in classes if _gpus(c)[1] == model and 0 < _gpus(c)[0] <= count]
+    return max(fits, key=lambda c: _gpus(c)[0], default="")
+
+
+def _gpus(machine: str) -> tuple[int, str]:
+    """`2x NVIDIA H200` -> (2, "NVIDIA H200"); (0, machine) for `cpu` or a model without a count."""
+    count, _, model = machine.partition("x ")
+    return (int(count), model) if count.isdigit() else (0, machine)
+
+
+def on_class(rows: Iterable[Mapping[str, Any]], classes: Iterable[str]) -> list[Mapping[str, Any]]:
+    """The rows of these machine classes (`rows.machine_class`)."""
+    wanted = set(classes)
+    return [r for r in rows if machine_class(r) in wanted]
 
 
 def on_machine(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[str, Any]]:
@@ -111,7 +143,9 @@ def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
         (s, _common_signature(found)) for s, found in sorted(by_scenario.items()) if any(r["status"] in FAILURES for r in found)
     )
     labels = tuple((a, point.label()) for a, point in sorted(points(mine[0]).items()))
-    return KnownGood(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels)
+    classes = machine_classes(rows)
+    named = classes[0] if len(classes) == 1 else ""
+    return KnownGood(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels, named)
 
 
 def _common_signature(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -419,7 +453,7 @@ class WatchReport:
 
     def text(self) -> list[str]:
         lines = [f"watch {self.db} on {self.machine or 'this machine'} ({self._when()})"]
-        lines.append(f"known-good set: {self.good.describe()} (cell {self.good.cell_id})")
+        lines.append(f"{self.good.named()}: {self.good.describe()} (cell {self.good.cell_id})")
         lines.append(f"  guards {len(self.good.guarded)} scenario(s): {', '.join(self.good.guarded)}")
         if self.good.dropped:
             lines.append(f"  not guarded (no tested set passes them with the others): {', '.join(self.good.dropped)}")
@@ -450,7 +484,7 @@ class WatchReport:
         out.append(f"Results file `{self.db}`, machine **{self.machine or '?'}**, {self._when()}.")
         out.append("")
         guards = f"guarding {len(self.good.guarded)} scenario(s)"
-        out.append(f"**Known-good set:** {self.good.describe()} (cell `{self.good.cell_id}`), {guards}.")
+        out.append(f"**{self.good.named().capitalize()}:** {self.good.describe()} (cell `{self.good.cell_id}`), {guards}.")
         out.append("")
         if self.regressions:
             out += [
@@ -496,6 +530,7 @@ class WatchReport:
             "machine": self.machine,
             "exclude_newer": self.exclude_newer,
             "known_good": {
+                "machine_class": self.good.machine_class,
                 "versions": dict(self.good.versions),
                 "cell_id": self.good.cell_id,
                 "guarded": list(self.good.guarded),

@@ -211,3 +211,43 @@ def test_many_tests_are_named_by_file_in_the_pins_text() -> None:
     assert text[0].startswith("pin for 40 tests in tests/test_big.py (")
     assert "  40 tests: every outcome passed (40 outcome(s))" in text
     assert all(len(line) < 200 for line in text)
+
+
+# -- watch and report name the set for their machine ---------------------------------------------
+#: (stored classes, this host's class, the class a watch reads)
+NEAREST = [
+    (["cpu", "1x NVIDIA H200"], "cpu", "cpu"),
+    (["cpu", "1x NVIDIA H200", "2x NVIDIA H200"], "2x NVIDIA H200", "2x NVIDIA H200"),
+    # a sweep with --gpus 0 on this two-GPU host stored a one-GPU class: the watch reads it
+    (["cpu", "1x NVIDIA H200"], "2x NVIDIA H200", "1x NVIDIA H200"),
+    # never a class with more GPUs than this host has, nor another model
+    (["2x NVIDIA H200"], "1x NVIDIA H200", ""),
+    (["1x NVIDIA H100 80GB HBM3"], "1x NVIDIA H200", ""),
+    (["1x NVIDIA H200"], "cpu", ""),
+]
+
+
+@pytest.mark.parametrize(("classes", "host", "expected"), NEAREST)
+def test_the_watch_reads_its_hosts_class(classes: list[str], host: str, expected: str) -> None:
+    from harness.analysis.watch import nearest_class
+
+    assert nearest_class(classes, host) == expected
+
+
+def test_the_watchs_known_good_set_names_its_machine() -> None:
+    from harness.analysis.watch import known_good
+
+    good = known_good(rows(H200, "5.23.0", g="pass"))
+    assert good is not None and good.machine_class == "1x NVIDIA H200"
+    assert good.named() == "known-good set on 1x NVIDIA H200"
+
+
+def test_a_report_names_the_known_good_set_of_its_machine() -> None:
+    from harness.analysis.report import render_signature_report
+
+    outcomes = rows(CPU, "5.6.2", c="error", g=NA) + rows(CPU, "5.23.0", c="pass", g=NA) + rows(H200, "5.23.0", c="pass", g="pass")
+    known = {k.machine: k for k in known_good_sets(outcomes)}
+    body = render_signature_report("RuntimeError: x @ transformers/a.py:f", outcomes, known_good=known)
+    assert "### Known-good set on cpu" in body and "### Known-good set on 1x NVIDIA H200" not in body
+    assert "`torch 2.13.0+cpu, transformers 5.23.0` (cell `cpu-0-tf5.23.0`)" in body
+    assert "`c` passes there." in body
