@@ -158,10 +158,22 @@ def machines_of(store: Store) -> list[str]:
     return machine_classes(run.get("host") or {} for run in queries.runs(store).values())
 
 
+def passing_by_machine(store: Store) -> dict[str, list[str]]:
+    """machine class -> the scenarios that pass somewhere on it (what its known-good set is chosen over);
+    grouped in DuckDB, so a page over 100,000 outcomes moves one row per machine and scenario."""
+    rows = store.fetch(
+        f"SELECT DISTINCT gpu, gpu_count, platform, scenario FROM outcomes_v WHERE status = '{Status.PASS}' ORDER BY scenario"
+    )
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        found.setdefault(machine_class(row), []).append(str(row["scenario"]))
+    return found
+
+
 def newest_machine_of(store: Store) -> str:
-    """The machine class of the file's newest run (the pin's default)."""
-    runs = list(queries.runs(store).values())  # oldest first
-    return machine_class(runs[-1].get("host") or {}) if runs else ""
+    """The machine class of the file's newest run, by its latest outcome (the pin's default, as `newest_machine`)."""
+    rows = store.fetch("SELECT gpu, gpu_count, platform FROM outcomes_v ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT 1")
+    return machine_class(rows[0]) if rows else ""
 
 
 def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constraints, ranking: Sequence[str] = DEFAULT_RANKING) -> PinResult:

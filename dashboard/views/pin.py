@@ -1,4 +1,4 @@
-"""Pin: choose scenarios (and hold axes, a GPU); the newest version set that passes them all, to download."""
+"""Pin: choose a machine class and scenarios (and hold axes, a GPU); the newest version set that passes them all, to download."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import streamlit as st
 
 from dashboard import common, logic
 from harness import queries
-from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult
-from harness.pinning import pin_from_store
+from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
+from harness.pinning import machines_of, newest_machine_of, passing_by_machine, pin_from_store
 
 st.title("Pin")
 overview = common.data_banner()
@@ -28,10 +28,28 @@ def _pass_rates(version: common.FileVersion) -> pd.DataFrame:
 
 
 rates = _pass_rates(common.version())
-passing = [str(s) for s in rates.loc[rates["cells passing"] > 0, "scenario"]]
-st.markdown("Choose the scenarios that must pass; hold any axis or GPU you cannot change. The newest set where every one passed wins.")
-if st.button(f"Choose the {len(passing)} scenario(s) that pass somewhere", key="pin_all_passing"):
-    st.session_state["pin_scenarios"] = passing
+machines = common.query(machines_of)
+# The known-good set is per machine class: by default the newest run's, as `harness pin` chooses.
+common.keep("pin_machine", common.query(newest_machine_of) or ANY_MACHINE)
+if st.session_state["pin_machine"] not in (*machines, ANY_MACHINE):
+    st.session_state["pin_machine"] = ANY_MACHINE
+st.markdown(
+    "Choose your machine and the scenarios that must pass; hold any axis you cannot change. "
+    "The newest set where every one passed on that machine wins."
+)
+machine = st.selectbox(
+    "machine",
+    [*machines, ANY_MACHINE],
+    key="pin_machine",
+    help="a machine class: the GPU model and how many the run saw, or cpu. A scenario that cannot run there is not counted; "
+    "`any` pools every machine (a set must then pass on each).",
+)
+common.remember("pin_machine")
+by_machine = common.query(passing_by_machine)
+here = sorted({s for names in by_machine.values() for s in names}) if machine == ANY_MACHINE else by_machine.get(str(machine), [])
+where = "somewhere" if machine == ANY_MACHINE else f"on {machine}"
+if st.button(f"Choose the {len(here)} scenario(s) that pass {where}", key="pin_all_passing"):
+    st.session_state["pin_scenarios"] = here
 scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
 columns = st.columns(len(axes) + 1)
 fixed: dict[str, str] = {}
@@ -51,19 +69,23 @@ if not scenarios:
     st.stop()
 
 
-def _held(fixed: dict[str, str], gpu: str) -> Constraints:
-    """Exact axis versions (`==`; `2.13.0` also admits `2.13.0+cpu`) and a GPU: what the page holds."""
-    return Constraints(tuple((axis, f"=={value}") for axis, value in sorted(fixed.items()) if value), gpu)
+def _held(fixed: dict[str, str], gpu: str, machine: str) -> Constraints:
+    """Exact axis versions (`==`; `2.13.0` also admits `2.13.0+cpu`), a GPU and a machine class: what the page holds."""
+    return Constraints(tuple((axis, f"=={value}") for axis, value in sorted(fixed.items()) if value), gpu, machine=machine)
 
 
+held = _held(fixed, "" if gpu == "any" else str(gpu), "" if machine == ANY_MACHINE else str(machine))
 with st.spinner("choosing…"):
-    result: PinResult = common.query(pin_from_store, tuple(scenarios), _held(fixed, "" if gpu == "any" else str(gpu)), DEFAULT_RANKING)
+    result: PinResult = common.query(pin_from_store, tuple(scenarios), held, DEFAULT_RANKING)
 if not result.found:
-    st.error("No stored version set passes every chosen scenario.")
+    st.error(f"No stored version set passes every chosen scenario {where.removeprefix('somewhere')}".rstrip() + ".")
+    never = [s for s in scenarios if s not in here]
+    if never:
+        st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {', '.join(never)}")
     st.code("\n".join(result.describe()), language=None)
     st.stop()
 
-st.subheader("Newest passing set")
+st.subheader("Newest passing set" + ("" if machine == ANY_MACHINE else f" on {machine}"))
 cols = st.columns(len(result.versions))
 for column, (axis, value) in zip(cols, result.versions):
     column.metric(axis, value)

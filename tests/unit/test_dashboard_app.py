@@ -463,16 +463,27 @@ def test_pin_asks_for_scenarios_first(app: AppTest) -> None:
 
 def test_pin_chooses_the_newest_passing_set_with_evidence_and_downloads(app: AppTest) -> None:
     run(app, "pin")
+    # the machine of the newest run (the bisection's, on the CPU), as `harness pin` defaults
+    assert app.selectbox(key="pin_machine").value == "cpu"
+    assert app.selectbox(key="pin_machine").options == ["cpu", "1x NVIDIA H200", "any"]
+    app.selectbox(key="pin_machine").set_value("1x NVIDIA H200")
     app.multiselect(key="pin_scenarios").set_value(["load", "lora"]).run()
     assert not app.exception
     chosen = {m.label: m.value for m in app.metric}
     assert chosen["transformers"] == "5.6.2" and chosen["accelerate"] == "1.14.0"  # D fails lora on the H200
-    assert "`r-cpu`, `r-h200`" in texts(app)  # evidence: the runs
+    assert "`r-h200`" in texts(app) and "`r-cpu`" not in texts(app)  # evidence: the runs on this machine only
     assert [b.proto.label for b in app.get("download_button")] == ["Download requirements.txt", "Download constraints.txt"]
     assert "transformers 5.23.0" in texts(app) or "5.23.0" in set(app.dataframe[-1].value["version"])  # why not newer
+    app.selectbox(key="pin_machine").set_value("any").run()
+    chosen = {m.label: m.value for m in app.metric}
+    assert chosen["transformers"] == "5.6.2" and "`r-cpu`, `r-h200`" in texts(app)  # every machine pooled: it passed on both
     app.selectbox(key="pin_gpu").set_value("cpu").run()
     chosen = {m.label: m.value for m in app.metric}
     assert chosen["transformers"] == "5.23.0" and chosen["accelerate"] == "1.14.0"
+    app.selectbox(key="pin_gpu").set_value("any")
+    app.selectbox(key="pin_machine").set_value("cpu").run()
+    chosen = {m.label: m.value for m in app.metric}
+    assert chosen["transformers"] == "5.23.0" and chosen["accelerate"] == "1.14.0"  # D's lora failure was the H200's
 
 
 def test_pin_says_why_nothing_passes(app: AppTest) -> None:
