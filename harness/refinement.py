@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from harness import hostinfo
 from harness.analysis.attribution import Transition, attribute
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
-from harness.analysis.refine import Plan, Probe, Share, offline_probes, plan_round
+from harness.analysis.refine import Buildable, Plan, Probe, Share, offline_probes, plan_round
 from harness.analysis.rows import Machine, machine_of
 from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import index_for, python_version_of, resolve_matrix
@@ -85,7 +85,7 @@ def _rounds(
     repeats = sweep.settings.repeats
     for number in range(1, _MAX_ROUNDS + 1):
         transitions = transitions_of()
-        plans = [plan_round(transitions, machine, share) for machine in machines()]
+        plans = [plan_round(transitions, machine, share, _buildable(sweep)) for machine in machines()]
         plan = Plan([p for pl in plans for p in pl.probes], sum(pl.waiting for pl in plans), sum(pl.kept for pl in plans))
         again = [p for p in plan.probes if (p.line.machine, p.line.axis, p.line.held, p.value) in tried]
         if again:
@@ -121,6 +121,15 @@ def _rounds(
         if report.stopped:
             break
     return report
+
+
+def _buildable(sweep: Sweep) -> Buildable | None:
+    """On an offline runner, only the releases its wheelhouse holds can be built; the others
+    stay "not built" in the answers (a bisection skips them). Online, every listed release can."""
+    if not sweep.settings.no_index:
+        return None
+    index = sweep.plan.index
+    return lambda axis, value: value in index.releases(axis)
 
 
 def refine_run(sweep: Sweep, store: ResultStore, on_round: OnRound | None = None) -> RefineReport:

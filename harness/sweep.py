@@ -11,6 +11,7 @@ drive single cells through `Sweep.run_cell`, which returns what they need to kno
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sysconfig
@@ -53,6 +54,7 @@ from harness.scenarios import Scenario, applicability, select
 from harness.schedule import Feed, Running, spares_for, worth_helping
 from harness.testsource import NoTests, check_source
 from harness.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
+from harness.wheelhouse import RELEASES_FILE
 from harness.zygote import ZygotePool
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
@@ -154,13 +156,10 @@ def plan(options: SweepOptions) -> SweepPlan:
     spec = load_matrix(options.matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
-    suite = _suite(options, spec)
+    suite = suite_for(options, spec)
     scenarios: list[Scenario] = select(options.scenarios) if options.scenarios or not suite else []
     if suite is not None:
         scenarios.append(suite)
-        source, cache = suite.source, suite.root
-        config = (lambda name: source.read_config(name, cache)) if source is not None else suite.root
-        spec.settings.extra_requirements = [*spec.settings.extra_requirements, *needed_packages(config, _test_requirements(options, spec))]
     cells = resolved.cells
     if options.cells:
         known = {c.id: c for c in cells}
@@ -196,6 +195,30 @@ def _suite(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
 
 def _test_requirements(options: SweepOptions, spec: MatrixSpec) -> list[str]:
     return [*map(str, spec.tests.get("requirements", [])), *options.test_requirements]
+
+
+def suite_for(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
+    """The suite of the command line or the matrix's [tests] table, with what every cell needs to
+    run it (pytest, its plugins, the suite's requirements) added to `spec`'s extra requirements:
+    a sweep, a bisection and a watch build their cells alike. None if neither names a suite."""
+    suite = _suite(options, spec)
+    if suite is not None:
+        source, cache = suite.source, suite.root
+        config = (lambda name: source.read_config(name, cache)) if source is not None else suite.root
+        spec.settings.extra_requirements = [*spec.settings.extra_requirements, *needed_packages(config, _test_requirements(options, spec))]
+    return suite
+
+
+def suite_record(scenarios: list[Scenario], spec: MatrixSpec, options: SweepOptions) -> dict[str, Any]:
+    """The run's suite as its settings record it (`tests`), so that `harness report`, `bisect` and
+    `watch` know it from the results file alone; {} for a run of scenarios only."""
+    suite = next((s for s in scenarios if isinstance(s, Suite)), None)
+    if suite is None:
+        return {}
+    source = suite.source
+    where = {"of": source.package, "git": source.repo} if source is not None else {}
+    selection = {"root": str(suite.root), "paths": list(suite.paths), "k": suite.keyword, "m": suite.marker}
+    return {"tests": {**selection, "requirements": _test_requirements(options, spec), **where}}
 
 
 def scenario_env(options: SweepOptions) -> dict[str, str]:
@@ -338,7 +361,7 @@ class Sweep:
             return
         p = self.plan
         # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
-        settings = {**asdict(self.settings), "find_links_expanded": self.find_links}
+        settings = {**asdict(self.settings), "find_links_expanded": self.find_links, **suite_record(p.scenarios, p.spec, p.options)}
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
         self.store.record_releases(p.run_id, self.releases())
         self._run_recorded = True
@@ -346,17 +369,19 @@ class Sweep:
     def releases(self) -> dict[str, list[tuple[str, datetime | None]]]:
         """Per axis with releases: every release the index offers this run's Python on this platform.
 
-        With `no_index` (an offline runner's wheelhouse) the index was never asked: a folder of
-        the wheels this matrix needed says nothing of what lies between them, so nothing is
-        listed and the run's answers stay ranges until `harness attribute` asks the index.
+        With `no_index` (an offline runner's wheelhouse) the index is never asked: the lists
+        come from the wheelhouse's RELEASES_FILE, written where the index was reachable
+        (`harness wheelhouse --refine-budget`). Without one, a folder of the wheels this matrix
+        needed says nothing of what lies between them, so nothing is listed and the run's
+        answers stay ranges until `harness attribute` asks the index.
         """
-        if self.settings.no_index:
-            return {}
         axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
         exclude = self.settings.exclude_newer
         moment = datetime.fromisoformat(exclude.replace("Z", "+00:00")) if exclude not in ("", "period") else None
         if moment is not None and moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
+        if self.settings.no_index:
+            return shipped_releases(self.find_links, axes, moment)
         tags = install_tags(python_version_of(self.settings.python))
         listed: dict[str, list[tuple[str, datetime | None]]] = {}
         for axis in axes:
@@ -735,6 +760,21 @@ def _suite_outcome(
     result = interpret_result(event, libraries)
     raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="")
     return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
+
+
+def shipped_releases(folders: list[str], axes: list[str], moment: datetime | None) -> dict[str, list[tuple[str, datetime | None]]]:
+    """The release lists a wheelhouse carries (wheelhouse.RELEASES_FILE) for `axes`, uploaded by `moment`."""
+    for folder in folders:
+        path = Path(folder) / RELEASES_FILE
+        if path.is_file():
+            data = json.loads(path.read_text())
+            listed: dict[str, list[tuple[str, datetime | None]]] = {}
+            for axis in axes:
+                if axis in data:
+                    pairs = [(str(v), datetime.fromisoformat(t) if t else None) for v, t in data[axis]]
+                    listed[axis] = [(v, t) for v, t in pairs if moment is None or t is None or t <= moment]
+            return listed
+    return {}
 
 
 def _no_tests(run_id: str, cell_id: str, suite: Suite, why: str) -> Outcome:

@@ -30,7 +30,7 @@ How probes are chosen and shared:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -92,17 +92,25 @@ class Plan:
     kept: int = 0  # ranges left as ranges by `share="first"`
 
 
-def open_ranges(transitions: Iterable[Transition], machine: str) -> list[_Open]:
+#: Whether a release of an axis can be built here: an offline runner can build only what its
+#: wheelhouse holds. (axis, release) -> bool.
+Buildable = Callable[[str, str], bool]
+
+
+def open_ranges(transitions: Iterable[Transition], machine: str, buildable: Buildable | None = None) -> list[_Open]:
     """Ranges on `machine` between two releases with releases not built between them: what a build can narrow.
 
     A range that is only inconclusive (every release between was built and said nothing), or
     whose ends are not both releases, or whose axis' index list was not known, is left alone.
+    With `buildable`, only the releases it allows are candidates; the others stay "not built"
+    in the answer, which then remains a range naming them.
     """
     found = []
     for t in transitions:
         if t.machine != machine or release(t.before) is None or release(t.after) is None:
             continue
-        candidates = tuple(sorted((v for v in t.not_built if v != UNLISTED and release(v) is not None), key=version_key))
+        listed = (v for v in t.not_built if v != UNLISTED and release(v) is not None and (buildable is None or buildable(t.axis, v)))
+        candidates = tuple(sorted(listed, key=version_key))
         if candidates:
             found.append(_Open(t, candidates))
     return found
@@ -127,8 +135,8 @@ def next_probes(transitions: Sequence[Transition], machine: str, share: Share = 
     return plan_round(transitions, machine, share).probes
 
 
-def plan_round(transitions: Sequence[Transition], machine: str, share: Share = "all") -> Plan:
-    ranges = open_ranges(transitions, machine)
+def plan_round(transitions: Sequence[Transition], machine: str, share: Share = "all", buildable: Buildable | None = None) -> Plan:
+    ranges = open_ranges(transitions, machine, buildable)
     boundaries = _boundaries(transitions, machine)
     # The family's first line in matrix order (over its answers, open or exact) is the one
     # `share="first"` refines; the first *open* range is the leader that bisects for the others.
@@ -189,6 +197,23 @@ def reachable(candidates: Sequence[str], rounds: int) -> list[str]:
     mid = len(candidates) // 2
     picked = {candidates[mid], *reachable(candidates[:mid], rounds - 1), *reachable(candidates[mid + 1 :], rounds - 1)}
     return [c for c in candidates if c in picked]
+
+
+def levels(candidates: Sequence[str]) -> list[list[str]]:
+    """The releases between two listed ones by bisection depth: what a first round may probe,
+    then what a second may add, and so on. An offline runner's wheelhouse takes them in this
+    order until its size budget is spent, so a smaller budget still narrows every range.
+
+    >>> levels(["a", "b", "c", "d", "e", "f", "g"])
+    [['d'], ['b', 'f'], ['a', 'c', 'e', 'g']]
+    """
+    found: list[list[str]] = []
+    seen: set[str] = set()
+    for depth in range(1, probes_needed(len(candidates)) + 1):
+        new = [c for c in reachable(candidates, depth) if c not in seen]
+        seen.update(new)
+        found.append(new)
+    return found
 
 
 def offline_probes(transitions: Sequence[Transition], machine: str, rounds: int) -> list[Probe]:

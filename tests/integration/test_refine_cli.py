@@ -229,3 +229,48 @@ def test_a_plan_for_an_offline_runner_narrows_the_range_in_one_trip(tmp_path: Pa
     assert run_cli(*args, "--scenario", str(work / "needs_metadata.py")).returncode == 0
     assert run_cli("merge", "--db", str(db), str(shard)).returncode == 0
     assert [a[1] for a in answers(db)] == ["fixed between packaging 22.0 (fails) and 23.1 (passes); not built: 23.0"] * 2
+
+
+def _offline_matrix(path: Path, wheelhouse: Path) -> Path:
+    """The runner's copy of the gapped matrix: no index, the wheelhouse as its only source."""
+    text = write_matrix(path).read_text().replace("refine = true", f'refine = true\nno_index = true\nfind_links = ["{wheelhouse}"]')
+    path.write_text(text.replace('six = ["1.16.0", "1.17.0"]', 'six = ["1.17.0"]'))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("budget", "answer", "open_note"),
+    [
+        # every release between fits: the runner's own refinement ends exact, in one trip
+        ("5", "fixed in packaging 23.1 (after 23.0)", ""),
+        # one wheel's worth: the first bisection level only (23.2); the answer names what it lacked
+        ("0.08", "fixed between packaging 22.0 (fails) and 23.2 (passes); not built: 23.0, 23.1", "4 of 5 release(s) between not held"),
+    ],
+)
+def test_one_trip_a_wheelhouse_with_a_refine_budget_refines_offline(
+    tmp_path: Path, env_root: Path, budget: str, answer: str, open_note: str
+) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    here = write_matrix(tmp_path / "here.toml")
+    here.write_text(here.read_text().replace('six = ["1.16.0", "1.17.0"]', 'six = ["1.17.0"]'))
+    args = ["--matrix", str(here), "--out", str(wheelhouse), "--python-version", "3.11", "--no-tools", "--refine-budget", budget]
+    prepared = run_cli("wheelhouse", *args)
+    assert prepared.returncode == 0, prepared.stderr + prepared.stdout
+    printed = " ".join(prepared.stdout.split())
+    assert "release lists of 1 axis(es)" in printed
+    assert (open_note in printed) if open_note else ("may stay open" not in printed)
+    releases = json.loads((wheelhouse / "harness-releases.json").read_text())
+    assert [v for v, _ in releases["packaging"] if "22.0" <= v <= "24.2"] == ["22.0", *BETWEEN, "24.2"]
+
+    # "on the runner": offline, its own env root; the sweep refines by itself from the wheelhouse
+    scenario = tmp_path / "needs_metadata.py"
+    scenario.write_text(SCENARIO)
+    matrix = _offline_matrix(tmp_path / "runner.toml", wheelhouse)
+    db = tmp_path / "runner.jsonl"
+    run = ["sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(tmp_path / "runner-envs"), "--no-progress"]
+    proc = run_cli(*run, "--scenario", str(scenario))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # merged back here, the answer stands as the runner left it
+    merged = tmp_path / "merged.duckdb"
+    assert run_cli("merge", "--db", str(merged), str(db)).returncode == 0
+    assert [a[1] for a in answers(merged)] == [answer]
