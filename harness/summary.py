@@ -28,7 +28,7 @@ from rich.table import Table
 
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.pin import KnownGoodSet, known_good_sets
-from harness.analysis.rows import axis_sort, installed, machine_of, signature_of
+from harness.analysis.rows import axis_sort, group_of, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
 
@@ -67,16 +67,6 @@ SHORT = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}
 WIDTH = 100
 #: More scenarios than this in a grid (a test suite's node ids): one row per test file or class.
 GRID_ROWS = 60
-
-
-def group_of(scenario: str) -> str:
-    """Where a test node id lives (its file, or file::Class); a scenario is its own group.
-
-    >>> group_of("tests/test_x.py::TestLora::test_merge[4bit]"), group_of("tests/test_y.py::test_a"), group_of("gemma4_lora")
-    ('tests/test_x.py::TestLora', 'tests/test_y.py', 'gemma4_lora')
-    """
-    parts = scenario.split("::")
-    return "::".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
 def _grouped(scenarios: Iterable[str]) -> str:
