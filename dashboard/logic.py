@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from dashboard import grouping
 from harness.analysis.attribution import Transition
 from harness.analysis.rows import AXIS_ORDER, axis_sort, distance
 from harness.analysis.status import SEVERITY, fold, status_of
@@ -235,7 +236,7 @@ def timeline(transitions: Sequence[Mapping[str, Any]], known: Mapping[str, Seque
                     "order_from": versions.index(m["before"]) if m["before"] in versions else versions.index(m["version"]),
                     "lines": m["lines"],
                     "answer": m["answer"],
-                    "scenarios": ", ".join(sorted(m["scenarios"])),
+                    "scenarios": grouping.name_many(m["scenarios"]),  # test ids: counted by group
                 }
             )
         frame = pd.DataFrame(rows)

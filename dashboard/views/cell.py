@@ -1,4 +1,8 @@
-"""Cell: one combination of versions, its whole story: freeze, every scenario's outcome, tracebacks, metrics, hosts."""
+"""Cell: one combination of versions, its whole story: freeze, every scenario's outcome, tracebacks, metrics, hosts.
+
+For a test suite: counts per file, the cell's failure signatures, and its outcomes failures first,
+searchable, at most 500 at once; a test's traceback is read when it is chosen (dashboard/suite.py).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, logic
+from dashboard import common, logic, suite
 from harness import queries
 
 st.title("Cell")
@@ -28,7 +32,8 @@ if st.query_params.get("cell") != cell_id:
 focus = st.query_params.get("scenario", "")
 
 records = common.query(queries.cell_records, cell_id)
-outcomes = common.query(queries.cell_outcomes, cell_id)
+tests = common.query(queries.holds_tests)
+outcomes = [] if tests else common.query(queries.cell_outcomes, cell_id)  # a suite's 20,000 are read by group, on demand
 axes: dict[str, Any] = next((c for c in cells if c["cell_id"] == cell_id), {})
 versions = {a: axes.get(a) or (axes.get("versions") or {}).get(a, "") for a in logic.axis_order((axes.get("versions") or {}).keys())}
 versions = versions or {a: axes.get(a, "") for a in logic.AXIS_ORDER if axes.get(a)}
@@ -41,72 +46,76 @@ else:  # outcomes stored before (or without) the cell's env record: a live sweep
 if st.button("Compare with the nearest cell", key="compare_from_cell", help="the cell that differs in the fewest axes"):
     st.switch_page(common.PAGES["compare"], query_params={"a": cell_id, "b": logic.nearest_cell(cell_id, cells)})
 
-st.subheader("Scenarios")
-table = logic.scenario_table(outcomes)
-st.dataframe(
-    table.style.map(logic.colour_of, subset=["status"]),
-    hide_index=True,
-    column_config={"signature": st.column_config.TextColumn(width="large"), "seconds": st.column_config.NumberColumn(format="%.1f s")},
-)
-
-st.subheader("Outcomes")
-st.caption("The chosen scenario and failures first; select one for its message, traceback and the tail of its output.")
-order = sorted(outcomes, key=lambda r: (r["scenario"] != focus, r["status"] == "pass", r["status"] == "not_applicable", r["scenario"]))
-listing = pd.DataFrame(
-    [
-        {
-            "scenario": r["scenario"],
-            "status": r["status"],
-            "run": r["run_id"],
-            "repeat": r["repeat"],
-            "GPU": r.get("gpu") or "",
-            "platform": r.get("platform") or "",
-            "started": r.get("started_at"),
-            "seconds": r.get("seconds"),
-            "signature": r.get("signature") or "",
-        }
-        for r in order
-    ],
-    columns=["scenario", "status", "run", "repeat", "GPU", "platform", "started", "seconds", "signature"],
-)
-event = st.dataframe(
-    listing.style.map(logic.colour_of, subset=["status"]),
-    key=f"outcomes_{cell_id}",
-    on_select="rerun",
-    selection_mode="single-row",
-    hide_index=True,
-    height=min(38 + 35 * len(listing), 320),
-    column_config={
-        "started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
-        "seconds": st.column_config.NumberColumn(format="%.1f"),
-        "signature": st.column_config.TextColumn(width="large"),
-    },
-)
-picked = event.selection.rows
-if order:
-    row = order[picked[0] if picked else 0]
-    st.markdown(
-        f"**{row['scenario']}** — **{row['status']}** · run `{row['run_id']}` · repeat {row['repeat']} · "
-        f"{row.get('gpu') or '?'} · {row.get('platform') or '?'} · started {str(row.get('started_at') or '')[:19]} UTC · "
-        f"{float(row.get('seconds') or 0):.1f} s" + (f" · blames **{row['blamed_library']}**" if row.get("blamed_library") else "")
+if tests:
+    st.subheader("Tests")
+    suite.cell_tests(cell_id, focus)
+else:
+    st.subheader("Scenarios")
+    table = logic.scenario_table(outcomes)
+    st.dataframe(
+        table.style.map(logic.colour_of, subset=["status"]),
+        hide_index=True,
+        column_config={"signature": st.column_config.TextColumn(width="large"), "seconds": st.column_config.NumberColumn(format="%.1f s")},
     )
-    if row.get("signature"):
-        st.code(row["signature"], language=None, wrap_lines=True)
-    if row.get("message"):
-        st.text(row["message"])
-    tabs = st.tabs(["traceback", "output (tail)", "metrics"])
-    with tabs[0]:
-        st.code(row.get("traceback") or "(no traceback)", language="python")
-    with tabs[1]:
-        st.code(row.get("output_tail") or "(no output)", language=None)
-    with tabs[2]:
-        st.json(row.get("metrics") or {})
 
-metrics = logic.metrics_table(outcomes)
-if not metrics.empty:
-    st.subheader("Metrics")
-    st.caption("What the scenarios recorded (parity numbers, peak memory, seconds); the newest value of each.")
-    st.dataframe(metrics, hide_index=True)
+    st.subheader("Outcomes")
+    st.caption("The chosen scenario and failures first; select one for its message, traceback and the tail of its output.")
+    order = sorted(outcomes, key=lambda r: (r["scenario"] != focus, r["status"] == "pass", r["status"] == "not_applicable", r["scenario"]))
+    listing = pd.DataFrame(
+        [
+            {
+                "scenario": r["scenario"],
+                "status": r["status"],
+                "run": r["run_id"],
+                "repeat": r["repeat"],
+                "GPU": r.get("gpu") or "",
+                "platform": r.get("platform") or "",
+                "started": r.get("started_at"),
+                "seconds": r.get("seconds"),
+                "signature": r.get("signature") or "",
+            }
+            for r in order
+        ],
+        columns=["scenario", "status", "run", "repeat", "GPU", "platform", "started", "seconds", "signature"],
+    )
+    event = st.dataframe(
+        listing.style.map(logic.colour_of, subset=["status"]),
+        key=f"outcomes_{cell_id}",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        height=min(38 + 35 * len(listing), 320),
+        column_config={
+            "started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+            "seconds": st.column_config.NumberColumn(format="%.1f"),
+            "signature": st.column_config.TextColumn(width="large"),
+        },
+    )
+    picked = event.selection.rows
+    if order:
+        row = order[picked[0] if picked else 0]
+        st.markdown(
+            f"**{row['scenario']}** — **{row['status']}** · run `{row['run_id']}` · repeat {row['repeat']} · "
+            f"{row.get('gpu') or '?'} · {row.get('platform') or '?'} · started {str(row.get('started_at') or '')[:19]} UTC · "
+            f"{float(row.get('seconds') or 0):.1f} s" + (f" · blames **{row['blamed_library']}**" if row.get("blamed_library") else "")
+        )
+        if row.get("signature"):
+            st.code(row["signature"], language=None, wrap_lines=True)
+        if row.get("message"):
+            st.text(row["message"])
+        tabs = st.tabs(["traceback", "output (tail)", "metrics"])
+        with tabs[0]:
+            st.code(row.get("traceback") or "(no traceback)", language="python")
+        with tabs[1]:
+            st.code(row.get("output_tail") or "(no output)", language=None)
+        with tabs[2]:
+            st.json(row.get("metrics") or {})
+
+    metrics = logic.metrics_table(outcomes)
+    if not metrics.empty:
+        st.subheader("Metrics")
+        st.caption("What the scenarios recorded (parity numbers, peak memory, seconds); the newest value of each.")
+        st.dataframe(metrics, hide_index=True)
 
 st.subheader("Where and how it was built")
 st.dataframe(

@@ -1,10 +1,13 @@
-"""Compare: two cells side by side: which versions differ, which outcomes differ."""
+"""Compare: two cells side by side: which versions differ, which outcomes differ.
+
+For a test suite, the tests that differ, counted by class, listed at most 500 at once (dashboard/suite.py).
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import common, logic
+from dashboard import common, logic, suite
 from harness import queries
 
 st.title("Compare")
@@ -59,13 +62,16 @@ st.dataframe(
 )
 
 st.subheader("Outcomes")
-diff = logic.outcome_diff(common.query(queries.cell_outcomes, a), common.query(queries.cell_outcomes, b))
-st.caption(f"{int(diff['differs'].sum())} of {len(diff)} scenario(s) differ.")
-st.dataframe(
-    diff.style.map(logic.colour_of, subset=["A", "B"]),
-    hide_index=True,
-    column_config={
-        "A signature": st.column_config.TextColumn(width="large"),
-        "B signature": st.column_config.TextColumn(width="large"),
-    },
-)
+if common.query(queries.holds_tests):
+    suite.compare(a, b)
+else:
+    diff = logic.outcome_diff(common.query(queries.cell_outcomes, a), common.query(queries.cell_outcomes, b))
+    st.caption(f"{int(diff['differs'].sum())} of {len(diff)} scenario(s) differ.")
+    st.dataframe(
+        diff.style.map(logic.colour_of, subset=["A", "B"]),
+        hide_index=True,
+        column_config={
+            "A signature": st.column_config.TextColumn(width="large"),
+            "B signature": st.column_config.TextColumn(width="large"),
+        },
+    )

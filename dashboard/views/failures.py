@@ -1,11 +1,15 @@
-"""Failures: each signature, the library it blames, the cells it hits, and where it was introduced and fixed."""
+"""Failures: each signature, the library it blames, the cells it hits, and where it was introduced and fixed.
+
+For a test suite, each signature also counts the tests and files it hits, and lists where it
+fails by class, then a class's tests, only when asked (dashboard/suite.py); a search box narrows it.
+"""
 
 from __future__ import annotations
 
 import altair as alt
 import streamlit as st
 
-from dashboard import common, logic
+from dashboard import common, logic, suite
 from harness import queries
 
 COLUMNS = [
@@ -26,7 +30,9 @@ COLUMNS = [
 st.title("Failures")
 common.data_banner()
 facets = common.query(queries.facets)
-chosen = common.filters(facets)
+tests = common.query(queries.holds_tests)
+chosen = common.filters(facets, scenario=not tests)
+search = suite.search_controls(failing=False)[0] if tests else ""
 
 scopes = common.query(queries.transition_scopes)
 scope = ""
@@ -37,12 +43,14 @@ if len(scopes) > 1:
 elif scopes:
     scope = scopes[0]
 
-failures = common.query(queries.failure_summaries, chosen)
+failures = common.query(queries.test_failure_summaries, chosen, search) if tests else common.query(queries.failure_summaries, chosen)
 summary = common.query(queries.transition_summary, scope)
+# For a suite, the tests and files each signature hits; its scenarios column holds its biggest groups.
+columns = [*COLUMNS[: COLUMNS.index("cells") + 1], "tests", "files", *COLUMNS[COLUMNS.index("cells") + 1 :]] if tests else COLUMNS
 if not failures:
     st.success("No failures among the outcomes that match these filters.")
 else:
-    table = logic.failures_frame(failures, summary)
+    table = suite.failure_table(failures, summary) if tests else logic.failures_frame(failures, summary)
     st.markdown(f"**{len(table)}** failure signature(s) over the filtered outcomes; transitions from `harness attribute`.")
     if not scopes:
         st.caption("No transitions stored in this file: run `harness attribute --db FILE` to fill the introduced / fixed columns.")
@@ -52,13 +60,14 @@ else:
         on_select="rerun",
         selection_mode="single-row",
         hide_index=True,
-        column_order=COLUMNS,
+        column_order=columns,
         column_config={
             "signature": st.column_config.TextColumn("signature", width="large"),
             "introduced in": st.column_config.TextColumn("introduced in", width="medium"),
             "fixed in": st.column_config.TextColumn("fixed in", width="medium"),
             "cells": st.column_config.ProgressColumn("cells", format="%d", min_value=0, max_value=int(table["cells"].max() or 1)),
             "last seen": st.column_config.DatetimeColumn("last seen", format="YYYY-MM-DD HH:mm"),
+            **({"scenarios": st.column_config.TextColumn("where (most tests)", width="large")} if tests else {}),
         },
     )
     rows = event.selection.rows
@@ -73,12 +82,19 @@ else:
         st.subheader(f"Signature (the {'most widespread with transitions' if attributed else 'most widespread'}; select a row for another)")
     st.code(signature, language=None, wrap_lines=True)
     left, right = st.columns([3, 1])
+    reach = (
+        f"{row['tests']:,} test(s) in {row['groups']:,} class(es) or function(s) of {row['files']:,} file(s)"
+        if tests
+        else f"scenarios: {', '.join(row['scenarios'])}"
+    )
     left.markdown(
-        f"blames **{row.get('blamed_library') or '—'}** · {row['cells']} cell(s) · {row['outcomes']} outcome(s) · "
-        f"{row['runs']} run(s) · scenarios: {', '.join(row['scenarios'])}"
+        f"blames **{row.get('blamed_library') or '—'}** · {row['cells']} cell(s) · {row['outcomes']:,} outcome(s) · "
+        f"{row['runs']} run(s) · {reach}"
     )
     if right.button("Open an affected cell", key="open_example"):
-        common.open_cell(str(row["example_cell"]), str(row["scenarios"][0]))
+        common.open_cell(str(row["example_cell"]), str(row["example_scenario"] if tests else row["scenarios"][0]))
+    if tests:
+        suite.where_it_fails(signature, chosen, search)
 
     transitions = common.query(queries.transitions, scope, signature)
     moves = [t for t in transitions if t["kind"] in ("introduced", "fixed")]
@@ -110,7 +126,10 @@ else:
                 )
             )
             st.altair_chart(alt.layer(ranges, exact).properties(height=110), width="stretch")
-    if transitions:
+    if transitions and tests:
+        with st.expander(f"All {len(transitions):,} transition(s), by class or function"):
+            st.dataframe(suite.transition_groups(transitions), hide_index=True)
+    elif transitions:
         with st.expander(f"All {len(transitions)} transition(s)"):
             st.dataframe(
                 [

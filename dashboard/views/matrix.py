@@ -1,4 +1,8 @@
-"""Matrix: cells × scenarios, coloured by status; selecting a cell of the grid opens it."""
+"""Matrix: cells × scenarios, coloured by status; selecting a cell of the grid opens it.
+
+A test suite (node ids, `harness sweep --tests`) is drawn by dashboard/suite.py instead: files,
+then classes, then tests × cells, with a search box.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,18 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, logic
+from dashboard import common, logic, suite
 from harness import queries
 
 st.title("Matrix")
 common.data_banner()
 facets = common.query(queries.facets)
-chosen = common.filters(facets)
+tests = common.query(queries.holds_tests)
+chosen = common.filters(facets, scenario=not tests)
 by_gpu = st.sidebar.toggle("one row per cell and GPU", key="by_gpu", help="keep results from different GPUs apart")
+if tests:
+    suite.matrix(chosen, by_gpu)
+    st.stop()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -1,0 +1,371 @@
+"""What the pages draw for a test suite (`harness sweep --tests`): groups, a search box, drill-downs.
+
+A suite of 20,000 node ids in 20 cells is 400,000 outcomes: no page draws one line or one
+square per test. The Matrix grid has one row per file, then (choose a file, or select its row)
+one per class or module-level function, then one per test; Failures, Cell and Compare group by
+signature and by class and list tests only on demand, at most LIMIT of them. The search box (a
+substring of the node id, matched in DuckDB) and *only tests that fail somewhere* narrow every
+level, and are kept across pages. Scenario files never reach this module: their pages are drawn
+as they always were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import common, grouping, logic
+from harness import queries
+
+#: The most tests one table lists; past it, the page says how many matched and asks for a narrower search.
+LIMIT = 500
+PENDING = "suite_pending"  # a drill-down chosen by a click, applied before the selectboxes are drawn
+
+
+def search_controls(*, failing: bool = True) -> tuple[str, bool]:
+    """The search box (and the *only failing* toggle), kept across pages: (text, failing only)."""
+    common.keep("f_search", "")
+    common.keep("f_failing", False)
+    left, right = st.columns([4, 1], vertical_alignment="bottom")
+    text = left.text_input(
+        "Search test ids",
+        key="f_search",
+        placeholder="a part of the node id: TestLora, float16, tests/quant/, test_merge[4bit]",
+        help="Case-insensitive substring of the pytest node id; `[`, `*` and `%` are literal.",
+    )
+    common.remember("f_search")
+    only = False
+    if failing:
+        only = right.toggle("only tests that fail somewhere", key="f_failing")
+        common.remember("f_failing")
+    return text.strip(), bool(only)
+
+
+def _grid_config(grid: grouping.Grid, first: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "shown": st.column_config.TextColumn(first, pinned=True, width="large"),
+        "tests": st.column_config.NumberColumn("tests", pinned=True, width="small", help="node ids in this row"),
+    }
+    for column in grid.columns:
+        options, colours = logic.tag_colours(grid.frame[column.label].unique())
+        where = f" on {column.gpu}" if column.gpu else ""
+        config[column.label] = st.column_config.MultiselectColumn(
+            column.label, width=150, help=f"{column.varying}{where} ({column.cell_id})", options=options, color=colours
+        )
+    return config
+
+
+def _draw_grid(grid: grouping.Grid, first: str, key: str) -> Any:
+    shown = grid.frame.copy()
+    for label in grid.labels:  # one-word lists: a MultiselectColumn draws them as coloured tags
+        shown[label] = shown[label].map(lambda w: [w] if w else [])
+    return st.dataframe(
+        shown,
+        key=key,
+        on_select="rerun",
+        selection_mode="single-cell",
+        hide_index=True,
+        column_order=["shown", "tests", *grid.labels],
+        column_config=_grid_config(grid, first),
+        height=min(38 + 35 * len(shown), 640),
+    )
+
+
+def _legend(columns: Sequence[grouping.Column]) -> None:
+    with st.expander(f"Columns: {len(columns)} cell(s)", expanded=False):
+        st.dataframe(
+            pd.DataFrame(
+                [{"column": c.label, "versions": c.varying, "GPU": c.gpu, "cell": c.cell_id} for c in columns],
+                columns=["column", "versions", "GPU", "cell"],
+            ),
+            hide_index=True,
+        )
+
+
+def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
+    """The Matrix page for a test suite: files, then a file's classes, then a class's tests, × cells."""
+    pending = st.session_state.pop(PENDING, None)
+    if pending:
+        st.session_state.update(pending)  # before the selectboxes exist: a widget's value may not change after
+    search, failing = search_controls()
+    cells = common.query(queries.cell_summaries, dict(chosen))
+    columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
+    files = grouping.build_grid(
+        common.query(queries.test_group_counts, dict(chosen), search, level="file", failing_only=failing, by_gpu=by_gpu), columns
+    )
+    if files.empty:
+        st.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
+        return
+    tests = int(files.frame["tests"].sum())
+    totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
+    matched = f" matching `{search}`" if search else ""
+    st.markdown(
+        f"**{tests:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)",
+        help="A test's repeats and runs in one cell count once, by their worst status.",
+    )
+    legend = " ".join(
+        f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
+    )
+    st.markdown(legend, unsafe_allow_html=True)
+    _legend(columns)
+
+    names = list(files.frame["name"])
+    common.keep("m_file", "")
+    if st.session_state["m_file"] not in names:
+        st.session_state["m_file"] = ""
+    left, middle, right = st.columns([3, 3, 1], vertical_alignment="bottom")
+    file = left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(names)})")
+    common.remember("m_file")
+    group = ""
+    groups = None
+    if file:
+        within = {"file": file}
+        groups = grouping.build_grid(
+            common.query(
+                queries.test_group_counts, dict(chosen), search, level="group", within=within, failing_only=failing, by_gpu=by_gpu
+            ),
+            columns,
+            within=file,
+        )
+        options = list(groups.frame["name"])
+        common.keep("m_group", "")
+        if st.session_state["m_group"] not in options:
+            st.session_state["m_group"] = ""
+        group = middle.selectbox(
+            "Class or function",
+            ["", *options],
+            key="m_group",
+            format_func=lambda g: grouping.short_name(g, file) if g else f"every class and function ({len(options)})",
+        )
+        common.remember("m_group")
+    flat = right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
+
+    if group or flat:
+        scope = {"group": group} if group else ({"file": file} if file else {})
+        found = common.query(queries.test_counts, dict(chosen), search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
+        grid = grouping.build_grid(found["rows"], columns, within=group or file, word=logic.fold, size="outcomes")
+        shown = f"the first {LIMIT} of " if found["tests"] > LIMIT else ""
+        st.caption(
+            f"{shown}{found['tests']:,} test(s){matched}"
+            + (f" in {group or file}" if group or file else "")
+            + "; select a square to open that cell at that test."
+        )
+        level, first = "test", "test"
+    elif file and groups is not None:
+        grid, level, first = groups, "group", "class or function"
+        st.caption(f"{len(groups.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
+    else:
+        grid, level, first = files, "file", "file"
+        st.caption("One row per test file; select a row to see its classes and functions.")
+    event = _draw_grid(grid, first, key=f"suite_grid:{level}:{file}:{group}:{flat}")
+    picked = grouping.selected(grid, event.selection)
+    if not picked:
+        return
+    name, column = picked
+    if level == "file":
+        st.session_state[PENDING] = {"m_file": name, "m_group": ""}
+        st.rerun()
+    elif level == "group":
+        st.session_state[PENDING] = {"m_group": name}
+        st.rerun()
+    else:
+        row = grid.frame[grid.frame["name"] == name].iloc[0]
+        column = column or next((c for c in grid.columns if row[c.label] not in ("", "pass")), grid.columns[0])
+        common.open_cell(column.cell_id, name)
+
+
+# -- Failures ---------------------------------------------------------------------------------
+def failure_table(failures: Sequence[Mapping[str, Any]], summary: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The Failures table for a suite: logic.failures_frame plus tests, groups and files per signature."""
+    table = logic.failures_frame(failures, summary)
+    table.insert(table.columns.get_loc("cells") + 1, "tests", [int(r["tests"]) for r in failures])
+    table.insert(table.columns.get_loc("tests") + 1, "files", [int(r["files"]) for r in failures])
+    return table
+
+
+def where_it_fails(signature: str, chosen: Mapping[str, list[str]], search: str) -> None:
+    """One signature's groups (tests and cells each); a selected group lists its tests."""
+    groups = common.query(queries.test_signature_groups, signature, dict(chosen), search)
+    if not groups:
+        return
+    tests = sum(int(g["tests"]) for g in groups)
+    st.markdown(f"**Where it fails**: {tests:,} test(s) in {len(groups):,} class(es) or function(s); select one for its tests.")
+    frame = pd.DataFrame(groups, columns=["group", "tests", "cells", "outcomes", "example_test", "example_cell"])
+    event = st.dataframe(
+        frame,
+        key=f"failure_groups:{signature}",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        column_order=["group", "tests", "cells", "outcomes"],
+        column_config={"group": st.column_config.TextColumn("class or function", width="large")},
+        height=min(38 + 35 * len(frame), 320),
+    )
+    if not event.selection.rows:
+        return
+    group = str(frame.iloc[event.selection.rows[0]]["group"])
+    found = common.query(queries.test_signature_tests, signature, group, dict(chosen), search, LIMIT)
+    st.markdown(f"Tests of **{group}** failing with it" + (f" (the first {LIMIT})" if len(found) >= LIMIT else "") + ":")
+    listing = pd.DataFrame(found, columns=["test", "cells", "outcomes", "example_cell"])
+    picked = st.dataframe(
+        listing,
+        key=f"failure_tests:{signature}:{group}",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        column_order=["test", "cells", "outcomes"],
+        column_config={"test": st.column_config.TextColumn(width="large")},
+        height=min(38 + 35 * len(listing), 320),
+    )
+    if picked.selection.rows:
+        row = listing.iloc[picked.selection.rows[0]]
+        common.open_cell(str(row["example_cell"]), str(row["test"]))
+
+
+def transition_groups(transitions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """A suite's transitions of one signature, one row per group and answer (not one per test)."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for t in transitions:
+        answer = logic.answer_text(t) if t["kind"] in ("introduced", "fixed") else str(t.get("description") or "")
+        key = (grouping.group_of(str(t["scenario"])), str(t["kind"]), str(t.get("axis") or ""), answer, str(t.get("machine") or ""))
+        row = rows.setdefault(
+            key, {"group": key[0], "kind": key[1], "axis": key[2], "answer": key[3], "on": key[4], "tests": set(), "lines": 0}
+        )
+        row["tests"].add(str(t["scenario"]))
+        row["lines"] += 1
+    records = [{**r, "tests": len(r["tests"])} for r in rows.values()]
+    frame = pd.DataFrame(records, columns=["group", "kind", "axis", "answer", "on", "tests", "lines"])
+    return frame.sort_values(["tests", "group"], ascending=[False, True], ignore_index=True)
+
+
+# -- Cell -------------------------------------------------------------------------------------
+def cell_tests(cell_id: str, focus: str) -> None:
+    """One cell of a suite: counts per file, its failure signatures, then its outcomes (failures first, at most LIMIT)."""
+    search, failing = search_controls()
+    files = common.query(queries.test_group_counts, {"cell_id": [cell_id]}, search, level="file", failing_only=failing)
+    table = pd.DataFrame(files)
+    if table.empty:
+        st.info(f"No test of this cell matches `{search}`." if search else "No test outcomes in this cell.")
+        return
+    statuses = [s for s in grouping.WORD_ORDER if s in table.columns and table[s].sum()]
+    table = table[["name", "tests", *statuses]]
+    totals = "  ·  ".join(f"{s}: {int(table[s].sum()):,}" for s in statuses)
+    st.markdown(f"**{int(table['tests'].sum()):,}** test(s) in **{len(table):,}** file(s) — {totals}")
+
+    failures = common.query(queries.test_failure_summaries, {"cell_id": [cell_id]}, search)
+    if failures:
+        st.markdown("**Failure signatures in this cell**")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "signature": f["signature"],
+                        "blames": f.get("blamed_library") or "",
+                        "tests": int(f["tests"]),
+                        "files": int(f["files"]),
+                        "where (most tests)": ", ".join(f.get("scenarios") or []),
+                    }
+                    for f in failures
+                ]
+            ),
+            hide_index=True,
+            column_config={"signature": st.column_config.TextColumn(width="large")},
+        )
+    st.markdown("**Files** (select one to list only its tests)")
+    event = st.dataframe(
+        table,
+        key=f"cell_files:{cell_id}",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        column_config={"name": st.column_config.TextColumn("file", width="large")},
+        height=min(38 + 35 * len(table), 320),
+    )
+    within = {"file": str(table.iloc[event.selection.rows[0]]["name"])} if event.selection.rows else None
+
+    found = common.query(queries.test_outcomes, cell_id, search, within=within, failing_only=failing, limit=LIMIT)
+    rows = found["rows"]
+    shown = f"the first {LIMIT} of " if found["tests"] > LIMIT else ""
+    st.subheader("Outcomes")
+    st.caption(
+        f"{shown}{found['tests']:,} test(s)" + (f" in {within['file']}" if within else "") + ", failures first; "
+        "select one for its message, traceback and the tail of its output."
+    )
+    listing = pd.DataFrame(
+        [
+            {
+                "test": r["scenario"],
+                "status": r["status"],
+                "run": r["run_id"],
+                "repeat": r["repeat"],
+                "seconds": r.get("seconds"),
+                "signature": r.get("signature") or "",
+            }
+            for r in rows
+        ],
+        columns=["test", "status", "run", "repeat", "seconds", "signature"],
+    )
+    picked = st.dataframe(
+        listing.style.map(logic.colour_of, subset=["status"]),
+        key=f"cell_outcomes:{cell_id}",
+        on_select="rerun",
+        selection_mode="single-row",
+        hide_index=True,
+        height=min(38 + 35 * len(listing), 320),
+        column_config={"test": st.column_config.TextColumn(width="large"), "signature": st.column_config.TextColumn(width="large")},
+    )
+    chosen = (
+        str(listing.iloc[picked.selection.rows[0]]["test"]) if picked.selection.rows else focus or (rows[0]["scenario"] if rows else "")
+    )
+    if chosen:
+        detail(cell_id, chosen)
+
+
+def detail(cell_id: str, test: str) -> None:
+    """One test's outcomes in one cell, with message, traceback and output: read on demand."""
+    for row in common.query(queries.outcome_rows_with_traces, [test], cell_id):
+        st.markdown(
+            f"**{test}** — **{row['status']}** · run `{row['run_id']}` · repeat {row['repeat']} · {row.get('gpu') or '?'} · "
+            f"{row.get('platform') or '?'} · started {str(row.get('started_at') or '')[:19]} UTC · {float(row.get('seconds') or 0):.2f} s"
+            + (f" · blames **{row['blamed_library']}**" if row.get("blamed_library") else "")
+        )
+        if row.get("signature"):
+            st.code(row["signature"], language=None, wrap_lines=True)
+        if row.get("message"):
+            st.text(row["message"])
+        tabs = st.tabs(["traceback", "output (tail)"])
+        with tabs[0]:
+            st.code(row.get("traceback") or "(no traceback)", language="python")
+        with tabs[1]:
+            st.code(row.get("output_tail") or "(no output)", language=None)
+
+
+# -- Compare ----------------------------------------------------------------------------------
+def compare(a: str, b: str) -> None:
+    """Which tests differ between two cells: per class, then the tests (at most LIMIT)."""
+    search, _ = search_controls(failing=False)
+    diff = common.query(queries.test_diff, a, b, search, limit=LIMIT)
+    st.caption(f"{diff['differ']:,} of {diff['tests']:,} test(s) differ, in {len(diff['groups']):,} class(es) or function(s).")
+    if not diff["differ"]:
+        return
+    st.dataframe(
+        pd.DataFrame(diff["groups"], columns=["group", "tests"]),
+        hide_index=True,
+        column_config={"group": st.column_config.TextColumn("class or function", width="large")},
+        height=min(38 + 35 * len(diff["groups"]), 320),
+    )
+    shown = f"The first {LIMIT} of the tests that differ" if diff["differ"] > LIMIT else "The tests that differ"
+    st.markdown(f"**{shown}**")
+    frame = pd.DataFrame(diff["rows"], columns=["scenario", "A", "B", "A signature", "B signature"]).rename(columns={"scenario": "test"})
+    st.dataframe(
+        frame.style.map(logic.colour_of, subset=["A", "B"]),
+        hide_index=True,
+        column_config={
+            "test": st.column_config.TextColumn(width="large"),
+            "A signature": st.column_config.TextColumn(width="large"),
+            "B signature": st.column_config.TextColumn(width="large"),
+        },
+    )
