@@ -1,6 +1,17 @@
 """Write a large, realistic results file for the dashboard benchmark (default: 100,000 outcomes).
 
     .venv/bin/python benchmarks/make_large_store.py [--out results/large.duckdb] [--outcomes 100000] [--seed 7]
+    .venv/bin/python benchmarks/make_large_store.py --tests 20000 --cells 20 --out results/suite.duckdb
+
+With `--tests N --cells M`, a team's pytest suite swept as the checks instead (`harness sweep
+--tests`): N node ids in M cells, one CPU run, N × M outcomes. The ids are spread over ~N/100
+files under tests/<area>/, each with a few classes and module-level functions, many
+parametrized (`tests/quant/test_linear4bit.py::TestLinear4bit::test_forward[cpu-float16]`).
+About 5% of the tests fail somewhere, with a handful of signatures: one introduced in
+transformers 5.20.0, one fixed in accelerate 1.14.0, one introduced in peft 0.21.2, one that
+fails everywhere (the test's own assertion); a few crash or time out in one cell, ~3% skip
+(`not_applicable`), a few xfail, rare flaky errors. Transitions are computed by `attribute`
+over the tests that fail somewhere (a test that always passes has none).
 
 The shapes follow what real sweeps store: ~2,400 cells (4 torch × 10 transformers ×
 4 accelerate × 5 peft × 3 bitsandbytes), 14 scenarios, CPU runs and GPU runs (H100, H200)
@@ -498,13 +509,193 @@ def _insert(store: Store, rows: list[tuple[Any, ...]]) -> None:
     store.con.from_arrow(table).insert_into("outcomes")
 
 
+# -- a team's test suite as the checks -----------------------------------------------------------
+SUITE_AXES = {  # the first 20 cells: 5 transformers × 2 accelerate × 2 peft, torch and bitsandbytes held
+    "torch": ["2.13.0", "2.12.0", "2.11.0", "2.10.0"],
+    "accelerate": ["1.13.0", "1.14.0"],
+    "peft": ["0.19.1", "0.21.2"],
+    "transformers": ["5.6.2", "5.10.4", "5.15.2", "5.20.0", "5.23.0"],
+}
+AREAS = ["models", "peft", "quant", "trainer", "generation", "utils", "pipelines", "tokenization"]
+WORDS = [
+    "attention", "linear4bit", "lora", "merge", "offload", "device_map", "generate", "cache", "rope", "embedding",
+    "save_load", "dispatch", "hooks", "sharding", "checkpoint", "adapter", "bnb", "tokenizer", "trainer", "optim",
+    "gemma4", "llama", "mistral", "qwen", "vision", "audio", "mixed_precision", "safetensors", "hub", "config",
+]  # fmt: skip
+PARAMS = [
+    ["cpu-float32", "cpu-float16", "cpu-bfloat16"],
+    ["4bit", "8bit"],
+    ["True", "False"],
+    ["llama", "gemma4", "mistral", "qwen2"],
+    ["1", "2", "8", "64"],
+]
+#: (signature, status, exception type, blamed library, who is hit, in which cells)
+SUITE_BUGS = [
+    (
+        "KeyError: <key> @ transformers/models/gemma4/modeling_gemma4.py:forward",
+        "error",
+        "KeyError",
+        "transformers",
+        lambda node: ("gemma4" in node.lower() and "attention" in node.lower()) or "TestGemma4Cache" in node,
+        lambda v: vt(v["transformers"]) >= (5, 20),
+    ),
+    (
+        "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ "
+        "accelerate/utils/modeling.py:set_module_tensor_to_device",
+        "error",
+        "TypeError",
+        "accelerate",
+        lambda node: node.startswith("tests/quant/") and ("offload" in node or "device_map" in node or "4bit" in node),
+        lambda v: vt(v["accelerate"]) < (1, 14),
+    ),
+    (
+        "AttributeError: 'LoraLayer' object has no attribute 'merge_weights' @ peft/tuners/lora/layer.py:merge",
+        "error",
+        "AttributeError",
+        "peft",
+        lambda node: "merge" in node and node.startswith(("tests/peft/", "tests/models/")),
+        lambda v: v["peft"] == "0.21.2",
+    ),
+    (
+        "AssertionError: Tensor-likes are not close! Mismatched elements: <n> / <n> (<n>%)",
+        "fail",
+        "AssertionError",
+        "",
+        lambda node: "rope" in node and "bfloat16" in node,
+        lambda v: True,
+    ),
+]
+
+
+def suite_cells(count: int) -> list[dict[str, str]]:
+    cells: list[dict[str, str]] = [{"bitsandbytes": "0.49.2"}]
+    for axis, values in reversed(SUITE_AXES.items()):  # transformers varies fastest, torch slowest
+        cells = [{**c, axis: v} for v in values for c in cells]
+    cells = sorted(cells, key=lambda c: [SUITE_AXES[a].index(c[a]) for a in SUITE_AXES])[:count]
+    return [{a: c[a] for a in AXES} for c in cells]
+
+
+def node_ids(count: int, rng: random.Random) -> list[str]:
+    """`count` pytest node ids over ~count/100 files: classes with methods and module-level functions, many parametrized."""
+    ids: dict[str, None] = {}  # ordered, and a membership test in O(1)
+    n_files = max(1, round(count / 100))
+    for f in range(n_files):
+        area = AREAS[f % len(AREAS)]
+        words = rng.sample(WORDS, 2)
+        path = f"tests/{area}/test_{words[0]}_{words[1]}_{f:03d}.py"
+        classes = [f"Test{''.join(w.title() for w in rng.choice(WORDS).split('_'))}{k}" for k in range(rng.randint(0, 4))]
+        owners = [*classes, ""]  # "" holds the module-level functions
+        per_file = count // n_files + (1 if f < count % n_files else 0)
+        made = 0
+        while made < per_file:
+            owner = rng.choice(owners)
+            name = f"test_{rng.choice(WORDS)}_{rng.randint(0, 99)}"
+            base = f"{path}::{owner}::{name}" if owner else f"{path}::{name}"
+            params = rng.choice([[""], [""], *PARAMS])
+            for param in params[: per_file - made]:
+                node = f"{base}[{param}]" if param else base
+                if node not in ids:
+                    ids[node] = None
+                    made += 1
+    return list(ids)
+
+
+def generate_suite(out: Path, tests: int, cells_wanted: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    if out.exists():
+        out.unlink()
+    cells = suite_cells(cells_wanted)
+    nodes = sorted(set(node_ids(tests, rng)))
+    skipped = {n for n in nodes if rng.random() < 0.03}
+    xfailing = {n for n in nodes if rng.random() < 0.004} - skipped
+    flaky = {n for n in nodes if rng.random() < 0.0005}
+    crashing = set(rng.sample(nodes, 2))
+    hung = rng.choice(nodes)
+    host = HOSTS[0]
+    run_id = f"suite-{seed}"
+    rows: list[tuple[Any, ...]] = []
+    moment = datetime(2026, 11, 20, 9, 0, 0)
+    failing: set[str] = set()
+    with Store(out) as store:
+        store.con.begin()
+        store.ensure_run(run_id, "matrix.toml", "# generated: a pytest suite as the checks", {"tests": ["tests/"]}, "0.1.0", host)
+        for index, versions in enumerate(cells):
+            cid = cell_id(versions)
+            freeze = {**OTHER_PACKAGES, **versions, "pytest": "9.0.1"}
+            record = CellRecord(
+                run_id, cid, "3.11.11", versions, [f"{a}=={v}" for a, v in versions.items()], freeze, {}, {}, "ready", "", 2.0, False
+            )
+            store.record_cell(record)
+            for node in nodes:
+                moment += timedelta(milliseconds=rng.randint(5, 400))
+                status, message, bug = "pass", "", None
+                if node in skipped:
+                    status, message = "not_applicable", "requires a CUDA GPU"
+                elif node in xfailing:
+                    status, message = "xfail", "known issue #1234"
+                elif node in crashing and index == 3:
+                    status, message = "crash", "crash: killed by SIGSEGV"
+                elif node == hung and index == 7:
+                    status, message = "timeout", "no result after 120s; its worker was killed"
+                else:
+                    bug = next((b for b in SUITE_BUGS if b[4](node) and b[5](versions)), None)
+                    if bug is None and node in flaky and rng.random() < 0.3:
+                        bug = (
+                            "RuntimeError: CUDA error: an illegal memory access was encountered",
+                            "error",
+                            "RuntimeError",
+                            "torch",
+                            None,
+                            None,
+                        )
+                    if bug is not None:
+                        status, message = bug[1], bug[0].split(" @ ")[0]
+                if status in ("fail", "error", "crash", "timeout"):
+                    failing.add(node)
+                signature = bug[0] if bug else (message if status in ("crash", "timeout") else "")
+                traceback = ""
+                if bug is not None:
+                    path, function = node.split("::")[0], node.split("::")[-1].split("[")[0]
+                    traceback = (
+                        "Traceback (most recent call last):\n"
+                        f'  File "/work/suite/{path}", line {rng.randint(10, 400)}, in {function}\n'
+                        f"    out = model(**inputs)\n{bug[0].split(' @ ')[0]}"
+                    )
+                rows.append(
+                    (
+                        run_id, cid, node, 0, status, message, signature,
+                        hashlib.sha1(signature.encode()).hexdigest()[:12] if signature else "",
+                        bug[3] if bug else "", bug[2] if bug else "", traceback,
+                        f"{node} {status.upper()}" if status != "pass" else "",
+                        round(rng.uniform(0.01, 2.5), 3), "{}", moment,
+                    )
+                )  # fmt: skip
+        store.con.commit()
+        _insert(store, rows)
+        stored = [r for r in queries.outcome_rows(store) if r["scenario"] in failing]
+        result = attribute(stored, known_versions=seen_versions(stored))
+        written = store.replace_transitions(to_rows(result))
+        count = queries.row_count(store, "outcomes")
+    return {"outcomes": count, "tests": len(nodes), "cells": len(cells), "failing": len(failing), "transitions": written}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/large.duckdb"))
     parser.add_argument("--outcomes", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--tests", type=int, default=0, help="write a test suite's results instead: this many pytest node ids")
+    parser.add_argument("--cells", type=int, default=20, help="with --tests: this many cells (at most 80)")
     args = parser.parse_args()
     began = time.perf_counter()
+    if args.tests:
+        suite = generate_suite(args.out, args.tests, args.cells, args.seed)
+        print(
+            f"{args.out}: {suite['outcomes']:,} outcomes, {suite['tests']:,} tests × {suite['cells']} cells, "
+            f"{suite['failing']:,} tests fail somewhere, {suite['transitions']:,} transitions "
+            f"({time.perf_counter() - began:.1f} s, {args.out.stat().st_size / 2**20:.1f} MiB)"
+        )
+        return 0
     info = generate(args.out, args.outcomes, args.seed)
     print(
         f"{args.out}: {info['outcomes']} outcomes, {info['runs']} sweep runs + 2 bisections, {info['cells']} possible cells, "
