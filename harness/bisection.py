@@ -4,6 +4,11 @@ Each probe is one cell (the other axes pinned from a matrix cell or flags, the b
 set to the candidate), built with the same `envs.build_env` a sweep uses, run with the same
 runner, and stored as ordinary outcomes under the run `bisect-<scenario>-<axis>`, so the
 dashboard shows the bisection. Outcomes already stored for a cell are reused.
+
+One test of a team's suite (`--test NODEID`) is bisected the same way: each probe runs just
+that node id through the sweep's suite machinery (`testsuite.run_suite`, a pytest worker forked
+from the cell's fork server), so its status follows the suite's rules, and an xfail, xpass or
+skip says nothing either way (`repeat_verdict`: the candidate is skipped, never good or bad).
 """
 
 from __future__ import annotations
@@ -11,28 +16,30 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
 from harness import queries
-from harness.analysis.bisect import BisectResult, Probe, Verdict, bisect, repeat_verdict
+from harness.analysis.bisect import BisectError, BisectResult, Probe, Verdict, bisect, repeat_verdict
 from harness.analysis.rows import requested
 from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
-from harness.errors import BadInput
+from harness.errors import BadInput, RunFailed
 from harness.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.scenarios import Scenario, select
 from harness.store import Store
-from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan
+from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
+from harness.testsuite import Suite
 
 _PR = re.compile(r"\(#(\d+)\)")
 
 
 @dataclass
 class BisectOptions:
-    scenario: str
+    scenario: str  # a scenario's name or file; "" with `test`
     axis: str
     good: str = ""
     bad: str = ""
@@ -44,6 +51,12 @@ class BisectOptions:
     repeat: int = 1
     allowed_failures: int = 0
     env_root: Path | None = None
+    # One test of a team's suite instead of a scenario: its node id, under `tests_root` (else the
+    # matrix's [tests] root, else the root a run in `db` recorded for it, else "."), and the
+    # suite's own test dependencies beside those of the [tests] table.
+    test: str = ""
+    tests_root: str = ""
+    test_requirements: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,9 @@ class Step:
 
     def __str__(self) -> str:
         return f"{self.value[:12]} {self.subject}".strip() if self.subject else self.value
+
+    def __repr__(self) -> str:  # as the search's messages quote a candidate: 'the good end '24.0' is skip'
+        return repr(str(self))
 
 
 def release_steps(index: PackageIndex, package: str, good: str, bad: str) -> list[Step]:
@@ -144,22 +160,32 @@ class BisectSetup:
     spec: MatrixSpec
     resolved: ResolvedMatrix
     index: PackageIndex
-    scenario: Scenario
+    scenario: Scenario  # with --test, the suite narrowed to that one node id
     base: Cell
     steps: list[Step]
     fix: bool
 
     @property
+    def name(self) -> str:
+        """What the probes' outcomes are stored as: the scenario's name, or the test's node id."""
+        return self.options.test or self.scenario.name
+
+    @property
     def run_id(self) -> str:
-        return f"bisect-{self.scenario.name}-{self.options.axis}"
+        return f"bisect-{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name).strip('_')}-{self.options.axis}"
 
 
 def prepare_bisect(options: BisectOptions) -> BisectSetup:
     """Validate the request and list the candidates; one end may come from the stored outcomes (read only)."""
+    if bool(options.scenario) == bool(options.test):
+        raise BadInput("pass exactly one of --scenario (a name or file) and --test (a node id of your suite, e.g. tests/test_x.py::test_y)")
+    if options.test and options.repeat != 1:
+        raise BadInput(f"--repeat {options.repeat}: a test runs once per cell; leave --repeat out with --test")
     spec: MatrixSpec = load_matrix(options.matrix, lenient=True)
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
-    scenario = select([options.scenario])[0]
+    scenario = _one_test(options, spec) if options.test else select([options.scenario])[0]
+    name = options.test or scenario.name
     base = _base_cell(resolved, options)
     if not options.good or not options.bad:
         if options.git or not (options.good or options.bad):
@@ -169,12 +195,50 @@ def prepare_bisect(options: BisectOptions) -> BisectSetup:
         rows = []
         if options.db.is_file():
             with Store(options.db, read_only=True) as store:
-                rows = [r for r in queries.outcome_rows(store) if r["scenario"] == scenario.name]
-        _fill_end_from_rows(options, base, scenario.name, rows)
+                rows = [r for r in queries.outcome_rows(store) if r["scenario"] == name]
+        _fill_end_from_rows(options, base, name, rows)
     steps = (
         git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)
     )
     return BisectSetup(options, spec, resolved, index, scenario, base, steps, _is_fix(options, steps))
+
+
+def _one_test(options: BisectOptions, spec: MatrixSpec) -> Suite:
+    """The suite (the matrix's [tests] table, the flags, or what a run in the results file
+    recorded) narrowed to one node id: no -k or -m (the node id is the selection), and pytest,
+    the plugins its configuration names and the suite's requirements in every probe's cell."""
+    table = spec.tests
+    root = options.tests_root or str(table.get("root", ""))
+    if not root and not table.get("of") and options.db.is_file():
+        root = recorded_root(options.db, options.test)
+    chosen = SweepOptions(
+        options.matrix,
+        options.db,
+        env_root=options.env_root,
+        tests=[options.test],
+        tests_root=root or ".",
+        test_requirements=options.test_requirements,
+    )
+    suite = suite_for(chosen, spec)
+    assert suite is not None  # `tests` names one
+    return replace(suite, keyword="", marker="")
+
+
+def recorded_root(db: Path, nodeid: str) -> str:
+    """The tests root a run of the results file recorded for its suite, preferring a run that
+    stored `nodeid`; "" when no run recorded one (files written before runs recorded their suite)."""
+    with Store(db, read_only=True) as store:
+        runs = queries.runs(store)
+        stored = {r["run_id"] for r in store.fetch("SELECT DISTINCT run_id FROM outcomes WHERE scenario = ?", [nodeid])}
+    roots = [(run_id in stored, str(suite["root"])) for run_id, info in runs.items() if (suite := suite_settings(info)).get("root")]
+    return max(roots, key=lambda found: found[0])[1] if roots else ""
+
+
+def suite_settings(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded suite (`runs.settings.tests`: root, paths, k, m, requirements); {} for a
+    run of scenarios, or one from before runs recorded their suite."""
+    found = (run.get("settings") or {}).get("tests")
+    return found if isinstance(found, dict) else {}
 
 
 def run_bisect(
@@ -199,13 +263,19 @@ def run_bisect(
     def probe(step: Step) -> Verdict:
         nonlocal built
         cell = with_step(setup.base, options.axis, step, options.git)
-        name = setup.scenario.name
+        name = setup.name
         stored = queries.statuses(store, cell.id, name)
         if len(stored) < options.repeat:
             done = store.done_keys(setup.run_id)
             todo = [(setup.scenario, r) for r in range(options.repeat) if (cell.id, name, r) not in done]
-            built += 0 if sweep.run_cell(cell, todo).env.reused else 1
+            ran = sweep.run_cell(cell, todo)
+            built += 0 if ran.env.reused else 1
             stored = queries.statuses(store, cell.id, name)
+            if not stored and ran.env.ready and options.test:
+                # pytest ran nothing of that name here: a node id it did not collect (a typo, a
+                # path not relative to the tests root, or addopts' -m leaving it out)
+                said = "; ".join(sorted({f"{o.scenario}: {o.status}" for o in ran.outcomes}))[:300]
+                raise RunFailed(f"pytest reported no test {name!r} in {cell.id}" + (f" ({said})" if said else ""))
         return repeat_verdict(stored[-options.repeat :], options.allowed_failures)
 
     class _Handler:
@@ -215,6 +285,9 @@ def run_bisect(
 
     try:
         result = bisect(setup.steps, probe, handler=_Handler())
+    except BisectError as exc:
+        # an end that fails to be what the user said (or says nothing: xfail, skip, not built)
+        raise RunFailed(f"{exc}; the probes above say why") from None
     finally:
         sweep.close()  # the zygote served every probe; it goes with the bisection
     return BisectRun(result, setup.fix, setup.run_id, built)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__, live
@@ -401,8 +402,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
     p.add_argument("--format", choices=["github-actions", "slurm"], default="github-actions", help="output format")
-    p = sub.add_parser("bisect", help="find the release or commit of one library that breaks or fixes a scenario")
-    p.add_argument("--scenario", required=True, help="scenario name or path")
+    p = sub.add_parser("bisect", help="find the release or commit of one library that breaks or fixes a scenario or one test")
+    p.add_argument("--scenario", default="", help="scenario name or path (or --test)")
+    p.add_argument(
+        "--test",
+        default="",
+        metavar="NODEID",
+        help="one test of your pytest suite instead, e.g. tests/test_lora.py::test_merge[4bit]: just that node id runs in each probe",
+    )
+    p.add_argument(
+        "--tests-root",
+        default="",
+        help="with --test: the folder where you run pytest (default: the matrix's [tests] root, else the results file's, else .)",
+    )
+    p.add_argument("--test-requirement", action="append", default=[], help="with --test: a test dependency for every probe (repeatable)")
     p.add_argument("--axis", required=True, help="the library to bisect, e.g. accelerate")
     p.add_argument("--good", default="", help="a release (or git ref with --git) where the scenario passes")
     p.add_argument("--bad", default="", help="a release (or git ref) where it fails; older than --good to find a fix")
@@ -498,6 +511,9 @@ def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
         args.repeat,
         args.allowed_failures,
         args.env_root,
+        args.test,
+        args.tests_root,
+        args.test_requirement,
     )
 
     def show(probe: object, remaining: int) -> None:
@@ -507,7 +523,7 @@ def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
     setup = prepare_bisect(options)  # every mistake is found before the results file is opened
     with Store(args.db) as store:
         run = run_bisect(setup, store, on_probe=show)
-    console.print(f"[bold]{describe(run, args.axis)}[/]")
+    console.print(f"[bold]{escape((args.test + ': ') if args.test else '')}{describe(run, args.axis)}[/]", highlight=False)
     console.print(f"{len(run.result.probes)} probe(s), {run.built} environment(s) built; outcomes stored under run {run.run_id}")
     return EXIT_OK
 
