@@ -21,11 +21,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
@@ -344,6 +346,29 @@ def _gpu_detail(host: Mapping[str, Any]) -> str:
     return f" ({', '.join(p for p in parts if p and not p.endswith(' '))}{f', ×{len(gpus)}' if len(gpus) > 1 else ''})"
 
 
+def is_test(scenario: str) -> bool:
+    """A pytest node id (`tests/test_x.py::test_y`, or a file that failed to import), not a scenario's name.
+
+    >>> is_test("tests/test_x.py::TestA::test_b[1]"), is_test("tests/test_x.py"), is_test("gemma4_lora_inner_linear")
+    (True, True, False)
+    """
+    return "::" in scenario or scenario.endswith(".py") or "/" in scenario
+
+
+def run_suite(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The suite a run swept (root, paths, k, m, requirements; `of`/`git` for a package's own
+    tests): as its settings recorded it, else its matrix's [tests] table (files written before
+    runs recorded their suite); {} when neither says."""
+    recorded = (run.get("settings") or {}).get("tests")
+    if isinstance(recorded, dict):
+        return recorded
+    try:
+        table = tomllib.loads(str(run.get("matrix_text") or "")).get("tests")
+    except tomllib.TOMLDecodeError:
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
 def _repro(
     cell_id: str,
     row: Mapping[str, Any],
@@ -356,16 +381,60 @@ def _repro(
     settings = run.get("settings") or {}
     sources = Sources.from_settings(settings)
     index = Sources(sources.index_url, sources.extra_index_urls, (), sources.no_index).pip_args()
-    words = ["pip", "install", *index, *(requirement(a, versions[a]) for a in axis_sort(versions))]
+    tests = [s for s in scenarios if is_test(s)]
+    pins = [requirement(a, versions[a]) for a in axis_sort(versions)]
+    # A test needs what the cell installed to run the suite (pytest, its plugins, the suite's requirements): at the cell's versions.
+    pins += _suite_pins(settings, row, versions) if tests else []
+    words = ["pip", "install", *index, *pins]
     lines = ["# the failing versions, exactly (every other package: the freeze above)", " ".join(_quote(w) for w in words)]
     if sources.find_links:
         lines.append(f"# the run also took wheels from --find-links {' '.join(sources.find_links)}")
-    lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
-    lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios]
     matrix = str(run.get("matrix_path") or "matrix.toml")
-    picks = " ".join(f"--scenario {_quote(s)}" for s in scenarios)
-    lines += ["# or let the harness build the env and run it", f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {picks}"]
+    picks = [f"--scenario {_quote(s)}" for s in scenarios if not is_test(s)]
+    if len(tests) < len(scenarios):
+        lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
+        lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios if not is_test(s)]
+    if tests:
+        suite = run_suite(run)
+        root = str(suite.get("root") or "")
+        package, repo = str(suite.get("of") or ""), str(suite.get("git") or "")
+        if package:
+            lines.append(f"# the tests of {package} {versions.get(package, '')}: from a checkout of {repo or 'its repository'} at that tag")
+            where = f" --tests-of {_quote(package)}" + (f" --tests-git {_quote(repo)}" if repo else "")
+        else:
+            lines.append("# the test, from the folder where the suite runs pytest (its conftest.py files and configuration apply)")
+            lines += [f"cd {_quote(root)}"] if root else []
+            where = f" --tests-root {_quote(root)}" if root else ""
+        lines += [f"python -m pytest {' '.join(_quote(t) for t in tests)}"]
+        picks.append(f"--tests {' '.join(_quote(t) for t in tests)}{where}")
+    lines += [
+        "# or let the harness build the env and run it",
+        f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {' '.join(picks)}",
+    ]
     return ["```bash", *lines, "```"]
+
+
+def _suite_pins(settings: Mapping[str, Any], row: Mapping[str, Any], versions: Mapping[str, str]) -> list[str]:
+    """The packages a run added to every cell for its suite (`extra_requirements`: pytest, plugins,
+    the suite's requirements), at the versions this cell's freeze has; unpinned where it has none."""
+    freeze = {str(canonicalize_name(k)): str(v) for k, v in _freeze(row).items()}
+    axes = {str(canonicalize_name(a)) for a in versions}
+    pins = []
+    for wanted in settings.get("extra_requirements") or []:
+        try:
+            name = str(canonicalize_name(Requirement(str(wanted)).name))
+        except InvalidRequirement:
+            continue
+        if name not in axes:
+            pins.append(requirement(name, freeze[name]) if name in freeze else str(wanted))
+    return list(dict.fromkeys(pins))
+
+
+def _freeze(row: Mapping[str, Any]) -> dict[str, Any]:
+    found = row.get("installed") or {}
+    if isinstance(found, str):
+        found = json.loads(found) if found else {}
+    return dict(found) if isinstance(found, Mapping) else {}
 
 
 def _quote(word: str) -> str:
