@@ -18,12 +18,12 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
 from harness import queries
 from harness.analysis.bisect import BisectError, BisectResult, Probe, Verdict, bisect, repeat_verdict
+from harness.analysis.report import suite_of_run
 from harness.analysis.rows import requested
 from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
@@ -230,15 +230,8 @@ def recorded_root(db: Path, nodeid: str) -> str:
     with Store(db, read_only=True) as store:
         runs = queries.runs(store)
         stored = {r["run_id"] for r in store.fetch("SELECT DISTINCT run_id FROM outcomes WHERE scenario = ?", [nodeid])}
-    roots = [(run_id in stored, str(suite["root"])) for run_id, info in runs.items() if (suite := suite_settings(info)).get("root")]
+    roots = [(run_id in stored, str(suite["root"])) for run_id, info in runs.items() if (suite := suite_of_run(info)).get("root")]
     return max(roots, key=lambda found: found[0])[1] if roots else ""
-
-
-def suite_settings(run: dict[str, Any]) -> dict[str, Any]:
-    """A run's recorded suite (`runs.settings.tests`: root, paths, k, m, requirements); {} for a
-    run of scenarios, or one from before runs recorded their suite."""
-    found = (run.get("settings") or {}).get("tests")
-    return found if isinstance(found, dict) else {}
 
 
 def run_bisect(

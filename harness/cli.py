@@ -777,6 +777,18 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--axis", action="append", default=[], help="watch only this axis (repeatable; default: every axis with releases)")
     p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")
+    p.add_argument(
+        "--tests",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="your pytest suite, as `harness sweep --tests` takes it (default: the matrix's [tests] table, else the suite the "
+        "results file's newest run recorded); the report groups tests by file and signature",
+    )
+    p.add_argument("--tests-root", default="", help="with --tests: the folder where you run pytest (default .)")
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    p.add_argument("--test-requirement", action="append", default=[], help="a test dependency for every new cell (repeatable)")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="the report on stdout (default: text)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the markdown report here (a CI summary, an issue body)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
@@ -795,8 +807,10 @@ def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
     log = Console(stderr=True, width=console.width)
     options = WatchOptions(args.matrix, args.db, args.exclude_newer, args.axis, args.scenario, args.env_root)
     options.refine, options.refine_limit, options.dry_run = not args.no_refine, args.refine_limit, args.dry_run
+    options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
+    options.test_requirements = args.test_requirement
     progress = None if args.no_progress else ProgressReporter(log)
-    report = watch(options, progress, print_round(lambda line: log.print(line, highlight=False)))
+    report = watch(options, progress, print_round(lambda line: log.print(escape(line), highlight=False)))  # a node id has [brackets]
     for path, text in ((args.markdown, report.markdown()), (args.json, report.json() + "\n")):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

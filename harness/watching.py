@@ -9,6 +9,10 @@ is narrowed to the exact release that introduced it (the sweep's own `refinement
 
 Everything is stored, and a rerun builds nothing it has already built: the verdict is read
 from the stored outcomes, so a retried CI job gets the same answer.
+
+Over a team's pytest suite (the flags or the matrix's [tests] table, else the suite the results
+file's newest run recorded), the target cells run the suite as the sweep does, and refinement
+runs just the node ids whose answer it narrows; the report groups tests by file and signature.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from harness.analysis import watch as analysis
 from harness.analysis.attribution import Transition, attribute
 from harness.analysis.pin import machine_classes
 from harness.analysis.refine import Plan
+from harness.analysis.report import is_test, suite_of_run
 from harness.analysis.rows import machine_class, machine_of
 from harness.attributing import index_releases
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
@@ -36,7 +41,7 @@ from harness.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.refinement import OnRound, RefineReport, _rounds, here, stored_cell
 from harness.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.store import Store
-from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan
+from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.]+)?(Z|[+-]\d{2}:?\d{2})?$")
 
@@ -52,6 +57,13 @@ class WatchOptions:
     refine: bool = True
     refine_limit: int | None = None
     dry_run: bool = False  # say what is new and which cells would be built; build nothing
+    # A team's pytest suite, as `harness sweep` takes it (else the matrix's [tests] table, else
+    # the suite the results file's newest run recorded).
+    tests: list[str] = field(default_factory=list)
+    tests_root: str = ""
+    keyword: str = ""
+    marker: str = ""
+    test_requirements: list[str] = field(default_factory=list)
 
 
 def moment(text: str) -> datetime | None:
@@ -103,6 +115,7 @@ def watch(
     axes = [a for a in watched if not options.axes or a in options.axes]
     if not options.db.is_file():
         raise BadInput(f"results file {str(options.db)!r} does not exist; run `harness sweep` first (or pass --db)")
+    suite = suite_for(_suite_options(options), spec)  # pytest and the suite's packages join every new cell
     prefix = here(spec.settings.python)
     host_class = machine_class(hostinfo.describe())  # the known-good set is per machine class: cpu, 2x NVIDIA H200
     notes = [f"not watched: {a} (not a list of releases in the matrix)" for a in resolved.axes if a not in watched]
@@ -133,15 +146,21 @@ def watch(
         targets = analysis.plan_targets(good, new)
 
         ran = sorted({str(r["scenario"]) for r in everything if r.get("cell_id") == good.cell_id})
-        scenarios = _scenario_files(ran, spec.settings.scenarios, options.scenario_files)
-        missing = [s for s in good.guarded if s not in scenarios]
+        tests = [s for s in ran if is_test(s)] if suite is not None else []
+        scenarios = _scenario_files([s for s in ran if s not in tests], spec.settings.scenarios, options.scenario_files)
+        missing = [s for s in good.guarded if s not in scenarios and s not in tests]
         if missing and targets:
+            if all(is_test(s) for s in missing):
+                raise BadInput(
+                    f"{len(missing)} test(s) of {str(options.db)!r} (e.g. {missing[0]}) need their suite and no run recorded one; "
+                    "pass it as to `harness sweep`: --tests-root DIR --tests PATH… (or the matrix's [tests] table)"
+                )
             raise BadInput(
                 f"scenario(s) {', '.join(missing)} of {str(options.db)!r} are not in scenarios/ or a built-in pack; "
                 "pass each file with --scenario path/to/file.py"
             )
-        notes += [f"not run in the new cells (file not found): {s}" for s in ran if s not in scenarios]
-        run_id = analysis.WATCH_RUN_PREFIX + _digest(prefix, list(scenarios.values()))
+        notes += [f"not run in the new cells (file not found): {s}" for s in ran if s not in scenarios and s not in tests]
+        run_id = analysis.WATCH_RUN_PREFIX + _digest(prefix, [*scenarios.values(), *([suite] if suite else [])])
         records = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
         if good.cell_id not in records:
             raise BadInput(f"{str(options.db)!r} has outcomes of cell {good.cell_id} but no record of its env; merge the file it came from")
@@ -149,7 +168,12 @@ def watch(
         cells = {t.axis: base.with_candidate(Candidate(t.axis, "version", t.release)) for t in targets}
         refined = ""
         if targets and not options.dry_run:
-            refined = _build(options, spec, resolved, index, store, run_id, cells, records, scenarios, targets, machine, reporter, on_round)
+            every = list(scenarios.values()) + ([suite] if suite is not None and tests else [])
+            # refinement runs the tests whose answer it narrows, each alone (a scenario's name or a node id -> what runs it)
+            probes = {**scenarios, **{t: replace(suite, paths=(t,), keyword="", marker="") for t in tests if suite is not None}}
+            refined = _build(
+                options, spec, resolved, index, store, run_id, cells, records, every, probes, targets, machine, reporter, on_round
+            )
         after = analysis.on_class(analysis.on_machine(queries.outcome_rows(store), prefix), {chosen_class, host_class})
         transitions = list(attribute(after, known_versions=queries.known_releases(store)).transitions)
     mine = [r for r in after if r.get("run_id") == run_id]
@@ -166,6 +190,25 @@ def watch(
         built=not options.dry_run,
         notes=tuple(notes),
     )
+
+
+def _suite_options(options: WatchOptions) -> SweepOptions:
+    """The suite as the sweep takes it: the flags, else (with the matrix's [tests] table left to
+    `suite_for`) the suite the newest run of the results file recorded."""
+    chosen = SweepOptions(options.matrix, options.db, env_root=options.env_root, tests=list(options.tests), tests_root=options.tests_root)
+    chosen.keyword, chosen.marker, chosen.test_requirements = options.keyword, options.marker, list(options.test_requirements)
+    if options.tests or options.tests_root or load_matrix(options.matrix, lenient=True).tests:
+        return chosen
+    with Store(options.db, read_only=True) as store:
+        recorded = [found for run in queries.runs(store).values() if (found := suite_of_run(run))]
+    if not recorded:
+        return chosen
+    last = recorded[-1]  # runs come oldest first
+    chosen.tests, chosen.tests_root = [str(p) for p in last.get("paths") or []], str(last.get("root") or "")
+    chosen.keyword, chosen.marker = str(last.get("k") or ""), str(last.get("m") or "")
+    chosen.test_requirements = [*map(str, last.get("requirements") or []), *options.test_requirements]
+    chosen.tests_of, chosen.tests_git = str(last.get("of") or ""), str(last.get("git") or "")
+    return chosen
 
 
 def _digest(prefix: str, scenarios: Sequence[Scenario]) -> str:
@@ -186,19 +229,23 @@ def _build(
     run_id: str,
     cells: dict[str, Cell],
     records: dict[str, Cell],
-    scenarios: dict[str, Scenario],
+    scenarios: list[Scenario],
+    probes: dict[str, Scenario],
     targets: Sequence[analysis.Target],
     machine: str,
     reporter: Reporter | None,
     on_round: OnRound | None,
 ) -> str:
-    """Run the target cells as an ordinary sweep into the file, then refine what broke on their lines only."""
+    """Run the target cells as an ordinary sweep into the file, then refine what broke on their lines only.
+
+    scenarios: what each target cell runs (a suite runs whole); probes: what refinement runs for
+    a scenario's name or a test's node id."""
     plan = SweepPlan(
         SweepOptions(options.matrix, options.db, env_root=options.env_root),
         spec,
         resolved,
         index,
-        list(scenarios.values()),
+        scenarios,
         list(cells.values()),
         run_id,
         options.matrix.read_text(),
@@ -219,7 +266,7 @@ def _build(
         limit = sweep.settings.refine_limit if options.refine_limit is None else options.refine_limit
         known = {**records, **{c.id: c for c in cells.values()}}
         report: RefineReport = _rounds(
-            sweep, transitions_of, lambda: [machine], known, scenarios, sweep.settings.refine_lines, limit, on_round
+            sweep, transitions_of, lambda: [machine], known, probes, sweep.settings.refine_lines, limit, on_round
         )
     return report.line()
 
@@ -230,6 +277,6 @@ def print_round(show: Callable[[str], None]) -> OnRound:
     def on_round(number: int, plan: Plan) -> None:
         show(f"refinement round {number}: {len(plan.probes)} probe cell(s)")
         for probe in plan.probes:
-            show(f"  {probe.line.axis} {probe.value}: {', '.join(probe.scenarios)} ({probe.why})")
+            show(f"  {probe.line.axis} {probe.value}: {analysis.listing(probe.scenarios)} ({probe.why})")
 
     return on_round

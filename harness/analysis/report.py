@@ -355,7 +355,7 @@ def is_test(scenario: str) -> bool:
     return "::" in scenario or scenario.endswith(".py") or "/" in scenario
 
 
-def run_suite(run: Mapping[str, Any]) -> dict[str, Any]:
+def suite_of_run(run: Mapping[str, Any]) -> dict[str, Any]:
     """The suite a run swept (root, paths, k, m, requirements; `of`/`git` for a package's own
     tests): as its settings recorded it, else its matrix's [tests] table (files written before
     runs recorded their suite); {} when neither says."""
@@ -395,7 +395,7 @@ def _repro(
         lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
         lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios if not is_test(s)]
     if tests:
-        suite = run_suite(run)
+        suite = suite_of_run(run)
         root = str(suite.get("root") or "")
         package, repo = str(suite.get("of") or ""), str(suite.get("git") or "")
         if package:

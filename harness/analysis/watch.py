@@ -23,6 +23,10 @@ asks these functions, in order:
    applicable, the env would not build: never a pass), or a pass; a failing scenario of the
    known-good set that now passes is **fixed**. Exit status 1 when any regression stands, else 0.
 
+Over a pytest suite every node id is a scenario here; the report folds the tests of one file (or
+class) with one finding into one line (`grouped`: "40 tests in tests/test_lora.py: KeyError …"),
+and lists guarded tests by file, never a line per test (the JSON keeps every test).
+
 >>> rows = [
 ...     {"cell_id": f"p{v}", "scenario": "parse", "status": s, "repeat": 0, "run_id": run, "gpu": "cpu",
 ...      "platform": "linux-x86_64", "python": "3.11", "versions": {"packaging": v}, "signature": sig, "started_at": "2026-01-01"}
@@ -42,14 +46,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
 from harness.analysis.pin import PinResult, choose_for_passing, machine_classes
-from harness.analysis.rows import axis_sort, machine_class, machine_of, points, requested, signature_of
+from harness.analysis.rows import axis_sort, group_of, machine_class, machine_of, points, requested, signature_of
 from harness.analysis.status import FAILURES, Status, fold_statuses
 from harness.analysis.versions import release
 
@@ -415,6 +419,48 @@ def verdict(
 
 
 # -- the report ---------------------------------------------------------------------------------------
+def _label(names: Sequence[str]) -> str:
+    """One name as it is, or `3 tests in tests/test_x.py` for several tests of one file (or class)."""
+    if len(names) == 1:
+        return names[0]
+    groups = {group_of(n) for n in names}
+    return f"{len(names)} tests in {next(iter(groups)) if len(groups) == 1 else f'{len(groups)} files'}"
+
+
+def grouped(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings of one kind, signature, answer and status in one test file (or class) as one,
+    its `scenario` naming them all; a scenario's finding stays its own.
+
+    >>> found = [Finding("regression", f"t/test_a.py::test_{n}", "peft", "0.20.0", "error", "KeyError: <key>") for n in "xy"]
+    >>> [f.scenario for f in grouped(found)]
+    ['2 tests in t/test_a.py']
+    """
+    groups: dict[tuple[str, ...], list[Finding]] = {}
+    for f in findings:
+        key = (f.kind, group_of(f.scenario), f.axis, f.tested, f.status, f.signature, f.answer, f.conditions, f.known_in)
+        groups.setdefault(key, []).append(f)
+    return [replace(members[0], scenario=_label([m.scenario for m in members])) for members in groups.values()]
+
+
+def listing(names: Iterable[str]) -> str:
+    """Scenarios by name, tests by file (or class): `parse, tests/test_x.py (12 tests)`.
+
+    >>> listing(["parse", "t/test_a.py::test_x", "t/test_a.py::test_y[1]"])
+    'parse, t/test_a.py (2 tests)'
+    """
+    by_group: dict[str, list[str]] = {}
+    for name in names:
+        by_group.setdefault(group_of(name), []).append(name)
+    return ", ".join(g if found == [g] else f"{g} ({len(found)} test{'s' if len(found) > 1 else ''})" for g, found in by_group.items())
+
+
+def _fixed_groups(scenarios: Sequence[str]) -> list[str]:
+    by_group: dict[str, list[str]] = {}
+    for name in scenarios:
+        by_group.setdefault(group_of(name), []).append(name)
+    return [_label(found) for found in by_group.values()]
+
+
 @dataclass(frozen=True)
 class WatchReport:
     """Everything `harness watch` says, in text, markdown (a CI summary, an issue) or JSON."""
@@ -441,7 +487,7 @@ class WatchReport:
     def headline(self) -> str:
         count = len(self.regressions)
         if count:
-            names = "; ".join(f"{f.scenario} with {f.axis} {f.release or f.tested}" for f in self.regressions)
+            names = "; ".join(f"{f.scenario} with {f.axis} {f.release or f.tested}" for f in grouped(self.regressions))
             return f"{count} regression(s): {names}"
         if not self.new:
             return "nothing new: no release newer than the results file holds"
@@ -454,9 +500,9 @@ class WatchReport:
     def text(self) -> list[str]:
         lines = [f"watch {self.db} on {self.machine or 'this machine'} ({self._when()})"]
         lines.append(f"{self.good.named()}: {self.good.describe()} (cell {self.good.cell_id})")
-        lines.append(f"  guards {len(self.good.guarded)} scenario(s): {', '.join(self.good.guarded)}")
+        lines.append(f"  guards {len(self.good.guarded)} scenario(s): {listing(self.good.guarded)}")
         if self.good.dropped:
-            lines.append(f"  not guarded (no tested set passes them with the others): {', '.join(self.good.dropped)}")
+            lines.append(f"  not guarded (no tested set passes them with the others): {listing(self.good.dropped)}")
         held = dict(self.held)
         new = dict(self.new)
         for axis, newest in self.held:
@@ -468,9 +514,9 @@ class WatchReport:
                 continue
             ok = sum(1 for s in self.good.guarded if dict(result.statuses).get(s) == Status.PASS)
             lines.append(f"{t.axis} {t.release} (after {held.get(t.axis, '?')}): {ok} of {len(self.good.guarded)} guarded pass")
-            for finding in result.findings:
+            for finding in grouped(result.findings):
                 lines.append(f"  {finding.kind.upper().replace('_', ' ')} {finding.line()}")
-            for scenario in result.fixed:
+            for scenario in _fixed_groups(result.fixed):
                 lines.append(f"  FIXED {scenario}: fails in the known-good set, passes with {t.axis} {t.release}")
         if self.refinement:
             lines.append(self.refinement)
@@ -493,7 +539,7 @@ class WatchReport:
                 "| scenario | signature | introduced in | passes in | held, machine | status |",
                 "|---" * 6 + "|",
             ]
-            for f in self.regressions:
+            for f in grouped(self.regressions):
                 where = f"{f.axis} **{f.release}**" if f.exact else f"{f.axis} ≤ {f.release} (range: {_cell(f.answer)})"
                 held = _cell(f.conditions.removeprefix("with "))
                 out.append(f"| `{f.scenario}` | `{_cell(f.signature)}` | {where} | {f.before or '—'} | {held} | {f.status} |")
@@ -509,8 +555,8 @@ class WatchReport:
             ok = sum(1 for s in self.good.guarded if dict(result.statuses).get(s) == Status.PASS)
             tested = f"{result.target.release}" if result.ran else f"{result.target.release} (not built)"
             out.append(f"| {axis} | {newest} | {', '.join(new.get(axis, ()))} | {tested} | {ok} of {len(self.good.guarded)} pass |")
-        others = [f for r in self.results for f in r.findings if f.kind != "regression"]
-        fixed = [(r.target, s) for r in self.results for s in r.fixed]
+        others = [f for r in self.results for f in grouped(r.findings) if f.kind != "regression"]
+        fixed = [(r.target, s) for r in self.results for s in _fixed_groups(r.fixed)]
         if others or fixed:
             out += ["", "### Also"]
             out += [f"- {f.kind.replace('_', ' ')}: {_cell(f.line())}" for f in others]

@@ -115,3 +115,50 @@ def test_a_sweep_records_its_suite_and_bisect_and_report_take_it_from_the_result
     assert f"cd {SUITE}" in repro and f"python -m pytest {METADATA}" in repro
     assert "-k" not in repro and "scenarios/" not in repro and "--scenario" not in repro
     assert f"harness sweep --matrix {matrix} --cell packaging23.2 --tests {METADATA} --tests-root {SUITE}" in repro
+
+
+ABSENT = f"{FILE}::test_absent_field_reads_as_empty_text"
+
+
+def test_watch_over_a_suite_reports_per_test_grouped_by_file_and_signature(tmp_path: Path, env_root: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    matrix = _matrix(tmp_path / "m.toml", '["23.2"]')
+    sweep = ["sweep", "--matrix", str(matrix), "--db", str(db), "--env-root", str(env_root), "--no-progress", "--no-refine"]
+    proc = run_cli(*sweep, "--tests", FILE, "--tests-root", str(SUITE))
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+
+    # new as of 2024-07-01: 24.0 and 24.1; the watch builds 24.1 with the suite the run recorded
+    # (no flags, no [tests] table), and refinement builds 24.0 running only the tests it narrows
+    watch = [
+        "watch",
+        "--matrix",
+        str(matrix),
+        "--db",
+        str(db),
+        "--env-root",
+        str(env_root),
+        "--exclude-newer",
+        "2024-07-01",
+        "--no-progress",
+    ]
+    proc = run_cli(*watch, "--json", str(tmp_path / "watch.json"))
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    lines = proc.stdout.splitlines()
+    assert "  guards 3 scenario(s): checks/check_versions.py (3 tests)" in lines
+    regressions = [line for line in lines if line.startswith("  REGRESSION")]
+    # both parametrizations fail with one signature: one line, the exact release from refinement
+    assert len(regressions) == 1, proc.stdout
+    assert regressions[0].startswith(f"  REGRESSION 2 tests in {FILE}: AssertionError: an absent field reads None")
+    assert "introduced in packaging 24.0 (after 23.2)" in regressions[0]
+    assert f"  FIXED {METADATA}: fails in the known-good set, passes with packaging 24.1" in lines
+    assert lines[-1] == f"exit 1: 2 regression(s): 2 tests in {FILE} with packaging 24.0"
+    assert "[summary]" not in proc.stdout
+    con = duckdb.connect(str(db), read_only=True)
+    probe = {s for (s,) in con.execute("SELECT scenario FROM outcomes WHERE cell_id = 'packaging24.0'").fetchall()}
+    con.close()
+    assert probe == {f"{ABSENT}[summary]", f"{ABSENT}[author]", METADATA}  # not test_version_parses: it passes on both ends
+
+    # the JSON report keeps every test
+    report = json.loads((tmp_path / "watch.json").read_text())
+    assert sorted(f["scenario"] for f in report["regressions"]) == [f"{ABSENT}[author]", f"{ABSENT}[summary]"]
+    assert all(f["release"] == "24.0" and f["exact"] for f in report["regressions"])

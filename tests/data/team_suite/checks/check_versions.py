@@ -20,3 +20,12 @@ def test_metadata_optional_fields_default_to_none():
 
 def test_version_parses():
     assert Version("1.0") < Version("1.1")
+
+
+# The other side of that change: code that relied on "" breaks with 24.0 (one signature for both).
+@pytest.mark.parametrize("name", ["summary", "author"])
+def test_absent_field_reads_as_empty_text(name):
+    from packaging.metadata import Metadata
+
+    value = getattr(Metadata.from_raw({"metadata_version": "2.1", "name": "x", "version": "1.0"}), name)
+    assert value == "", f"an absent field reads {value!r}"
