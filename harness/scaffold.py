@@ -1,7 +1,8 @@
 """`harness init [DIR]`: a project of the user's own, from the files in harness/templates/init/.
 
-A commented `matrix.toml` for the stack, `scenarios/` with a plain-script example and one
-that uses the scenario kit, a GitHub Actions workflow (on demand and nightly: a sharded sweep
+A commented `matrix.toml` for the stack (with a commented `[tests]` table: the team's own
+pytest suite as the checks), `scenarios/` with a plain-script example and one that uses the
+scenario kit, a GitHub Actions workflow (on demand and nightly: a sharded sweep
 with `harness plan`, a merge, `harness watch`, the results file and the report uploaded), a
 short README and a `.gitignore`. The templates are real files (linted, parsed and run by the
 tests), copied byte for byte except for the harness's version in the workflow.
@@ -85,6 +86,7 @@ def next_steps(scaffold: Scaffold) -> list[str]:
         lines.append(f"  cd {where}")
     lines += [
         "  harness sweep        # every cell of matrix.toml x scenarios/ -> results/compat.duckdb",
+        "                       # (or your pytest suite: fill in matrix.toml's [tests] table, or --tests PATH…)",
         "  harness dashboard    # the outcomes in the browser (needs the [dashboard] extra)",
         "  harness watch        # new releases against the known-good set; exit 1 names what broke",
         "  then commit it: .github/workflows/compat.yml runs the sweep and the watch nightly (set HARNESS_PACKAGE in it)",

@@ -167,3 +167,21 @@ def test_the_cli_writes_and_says_what_next(tmp_path: Path) -> None:
     assert proc.stdout.splitlines()[0] == f"wrote {len(FILES)} file(s) into compat:"
     assert "  cd compat" in proc.stdout.splitlines() and "harness watch" in proc.stdout
     assert (tmp_path / "compat" / ".github" / "workflows" / "compat.yml").is_file()
+
+
+def test_the_matrix_has_a_commented_tests_table_that_parses_once_filled_in(project: Path) -> None:
+    text = (project / "matrix.toml").read_text()
+    assert "\n# [tests]\n" in text and parse_matrix(text).tests == {}  # commented out: scenarios/ run
+    # uncommented, as a team fills it in: a valid [tests] table (each key's type checked by the matrix's parser)
+    start = text.index("\n# [tests]\n") + 1
+    filled = text[:start] + "\n".join(line.removeprefix("# ") for line in text[start:].splitlines())
+    tests = parse_matrix(filled).tests
+    assert tests == {"root": ".", "paths": ["tests/"], "k": "not slow", "requirements": ["parameterized"], "timeout": 120}
+
+
+def test_the_workflow_runs_the_suite_of_a_filled_tests_table(project: Path) -> None:
+    # the sweep and the watch read [tests] from the matrix: their commands name no scenario that would replace it
+    commands = harness_commands(workflow(project))
+    sweeps = [argv for _, argv in commands if argv[0] in ("sweep", "watch")]
+    assert len(sweeps) == 2 and all("--matrix" in argv and "matrix.toml" in argv and "--scenario" not in argv for argv in sweeps)
+    assert "[tests] table of matrix.toml" in (project / ".github" / "workflows" / "compat.yml").read_text()
