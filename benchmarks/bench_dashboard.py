@@ -9,6 +9,25 @@ cleared, so all its queries hit DuckDB (modules are imported once beforehand, as
 server). *Filter change*: the rerun after one widget changes in that session (the page's
 other cached results stay warm, as they would). Medians of N repeats, with min and max;
 targets from the issue: first render under 2 s, a filter change under 1 s.
+
+A test suite's results, in a real browser (issue #21: 20,000 test ids × 20 cells):
+
+    .venv/bin/python benchmarks/make_large_store.py --tests 20000 --cells 20 --out results/suite.duckdb
+    .venv/bin/python benchmarks/bench_dashboard.py --db results/suite.duckdb --browser [--repeats 3] [--search float16]
+
+starts `streamlit run dashboard/app.py` on the file and drives Debian's chromium through
+Playwright (as tests/browser/ does). Each repeat starts a new server and a new browser profile
+and times, from `goto` until the page's data line is shown, the script run is over, no element
+is still a loading skeleton and the grid's rows are in: the *server's first visit* (Python
+imports streamlit, pandas, altair; the browser downloads Streamlit's scripts), reported, not
+targeted; then, after touching the file's mtime so that every cached query and connection is
+new (the modules stay imported, the browser keeps its cache, as for a returning user of a
+running server), the Matrix page's *first render* (the grid of files × cells), and how much of
+it passed before the page's title showed (Streamlit's own start, before any query); a *new
+session* of the Matrix (another tab: the server's caches warm); the *search* (typing the text
+and Enter until the narrowed grid is drawn); and the first render of Failures, Cell and
+Compare after it. Medians of the repeats; the target (issue #21): first render and search
+each under 2 s.
 """
 
 from __future__ import annotations
@@ -16,12 +35,19 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
@@ -111,6 +137,136 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f})"
 
 
+# -- a test suite in a real browser -------------------------------------------------------------
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+BROWSER_STEPS = [
+    "server's first visit",
+    "matrix: first render",
+    "  of which to the page title",
+    "matrix: new session",
+    "search",
+    "failures",
+    "cell",
+    "compare",
+]
+#: The steps the issue sets a target for.
+TARGETED = ("matrix: first render", "search")
+
+
+@contextmanager
+def _server(db: Path, log: Path) -> Iterator[str]:
+    """`streamlit run dashboard/app.py -- --db DB` on a free port, until the block ends; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true", "--server.port", str(port)]
+    command += ["--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*command, "--", "--db", str(db)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.read().strip() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _settle(page: Any) -> None:
+    """The script run is over and every element replaced its loading skeleton."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]')
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=stSkeleton]').length === 0")
+
+
+def _open(page: Any, path: str, title: str, ready: str) -> tuple[float, float]:
+    """Seconds from `goto` until the page's `ready` text is shown and the run is over, and until its title showed."""
+    began = time.perf_counter()
+    page.goto(path)
+    page.get_by_role("heading", name=title, level=1).wait_for()
+    titled = time.perf_counter() - began
+    page.get_by_text(re.compile(ready)).first.wait_for()
+    _settle(page)
+    return time.perf_counter() - began, titled
+
+
+def _grid_drawn(page: Any) -> None:
+    page.locator('[data-testid="stDataFrame"]:visible').first.wait_for()
+    page.wait_for_selector("#glide-cell-0-0", state="attached")  # the grid's accessible mirror: its rows are in
+
+
+def browser_main(db: Path, repeats: int, search: str) -> int:
+    if not CHROMIUM.exists():
+        print(f"{CHROMIUM} is missing: install it with dashboard/install_browser.sh (as root)", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    times: dict[str, list[float]] = {step: [] for step in BROWSER_STEPS}
+    log = Path(tempfile.mkdtemp(prefix="bench-dashboard-")) / "server.log"
+    matched = ""
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for repeat in range(repeats):
+                with _server(db, log) as url:
+                    # One browser profile per server, one tab per session: Streamlit's scripts and
+                    # styles come from the browser's cache after the first visit, as for any returning user.
+                    context = chromium.new_context(viewport={"width": 1500, "height": 1000}, base_url=url)
+                    for step in ("server's first visit", "matrix: first render", "matrix: new session"):
+                        if step == "matrix: first render":
+                            # Every query cache and connection is keyed by the file's mtime: a new one
+                            # is a file nobody read yet (the modules stay imported, as in a running server).
+                            os.utime(db)
+                        page = context.new_page()
+                        page.set_default_timeout(60_000)
+                        began = time.perf_counter()
+                        _, titled = _open(page, "/", "Matrix", r"test\(s\) in")
+                        _grid_drawn(page)
+                        times[step].append(time.perf_counter() - began)
+                        if step == "matrix: first render":
+                            times["  of which to the page title"].append(titled)
+                        if step != "matrix: new session":
+                            page.close()
+                    box = page.get_by_role("textbox", name="Search test ids")
+                    box.fill(search)
+                    began = time.perf_counter()
+                    box.press("Enter")
+                    page.get_by_text(f"matching {search}").first.wait_for()
+                    _settle(page)
+                    _grid_drawn(page)
+                    times["search"].append(time.perf_counter() - began)
+                    matched = page.get_by_text(re.compile(r"test\(s\) matching")).first.inner_text()
+                    times["failures"].append(_open(page, "/failures", "Failures", r"failure signature\(s\)")[0])
+                    times["cell"].append(_open(page, "/cell", "Cell", r"test\(s\) in")[0])
+                    times["compare"].append(_open(page, "/compare", "Compare", r"test\(s\) differ")[0])
+                    context.close()
+                print(
+                    f"repeat {repeat + 1}/{repeats} (load {os.getloadavg()[0]:.1f}): "
+                    + ", ".join(f"{k.strip()} {v[-1]:.2f} s" for k, v in times.items()),
+                    flush=True,
+                )
+        finally:
+            chromium.close()
+    print(f"\nsearch `{search}`: {matched.split(' — ')[0]}")
+    print("| step | median | min–max | target |\n|---|---|---|---|")
+    failed = False
+    for step, values in times.items():
+        median = statistics.median(values)
+        target = (f"< {FIRST_TARGET:.0f} s " + ("ok" if median < FIRST_TARGET else "**over**")) if step in TARGETED else ""
+        failed |= step in TARGETED and median >= FIRST_TARGET
+        print(f"| {step} | {median:.2f} s | {min(values):.2f}–{max(values):.2f} | {target} |")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=REPO / "results" / "large.duckdb")
@@ -118,6 +274,8 @@ def main() -> int:
     parser.add_argument(
         "--connection", choices=["held", "per-query", "cached", "all"], default="held", help="how the dashboard opens the file"
     )
+    parser.add_argument("--browser", action="store_true", help="a test suite's Matrix in chromium: first render and a search")
+    parser.add_argument("--search", default="float16", help="with --browser: the text typed into the search box")
     args = parser.parse_args()
     if not args.db.exists():
         print(f"{args.db} does not exist; make it first: .venv/bin/python benchmarks/make_large_store.py --out {args.db}", file=sys.stderr)
@@ -129,9 +287,11 @@ def main() -> int:
         row = con.execute("SELECT count(*), count(DISTINCT cell_id), count(DISTINCT scenario) FROM outcomes").fetchone()
     assert row is not None
     print(
-        f"{args.db}: {row[0]:,} outcomes, {row[1]:,} cells, {row[2]} scenarios; {platform.processor() or platform.machine()}, "
+        f"{args.db}: {row[0]:,} outcomes, {row[1]:,} cells, {row[2]:,} scenarios; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}; median of {args.repeats} (min–max)"
     )
+    if args.browser:
+        return browser_main(args.db.resolve(), args.repeats, args.search)
     modes = ["held", "per-query", "cached"] if args.connection == "all" else [args.connection]
     import streamlit.logger
 

@@ -75,14 +75,9 @@ def _draw_grid(grid: grouping.Grid, first: str, key: str) -> Any:
 
 
 def _legend(columns: Sequence[grouping.Column]) -> None:
+    """Which cell each column letter is (text, not another grid: it costs the browser nothing to draw)."""
     with st.expander(f"Columns: {len(columns)} cell(s)", expanded=False):
-        st.dataframe(
-            pd.DataFrame(
-                [{"column": c.label, "versions": c.varying, "GPU": c.gpu, "cell": c.cell_id} for c in columns],
-                columns=["column", "versions", "GPU", "cell"],
-            ),
-            hide_index=True,
-        )
+        st.markdown("\n".join(f"- **{c.label}** {c.varying}" + (f" on {c.gpu}" if c.gpu else "") + f" · `{c.cell_id}`" for c in columns))
 
 
 def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
@@ -102,8 +97,10 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     tests = int(files.frame["tests"].sum())
     totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
     matched = f" matching `{search}`" if search else ""
+    share = grouping.failing_share(files.totals)
     st.markdown(
-        f"**{tests:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)",
+        f"**{tests:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
+        + (f"; {share}" if share else ""),
         help="A test's repeats and runs in one cell count once, by their worst status.",
     )
     legend = " ".join(
@@ -138,7 +135,7 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
             "Class or function",
             ["", *options],
             key="m_group",
-            format_func=lambda g: grouping.short_name(g, file) if g else f"every class and function ({len(options)})",
+            format_func=lambda g: grouping.short_name(g, file) if g else f"every class ({len(options)} groups)",
         )
         common.remember("m_group")
     flat = right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
