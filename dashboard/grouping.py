@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.rows import AXIS_ORDER
-from harness.analysis.status import FAILURES, SEVERITY, Status, fold
+from harness.analysis.rows import AXIS_ORDER, group_of
+from harness.analysis.status import FAILURES, SEVERITY, Status
 from harness.analysis.versions import version_key
 
 #: Listed after the failures and problems, in this order: what passed, then what says nothing.
@@ -57,8 +57,15 @@ def group_word(counts: Mapping[str, int]) -> str:
 
 
 def short_name(name: str, within: str) -> str:
-    """A row's name without the file or group it was chosen in (`within`; "" keeps it whole)."""
-    return name.removeprefix(within + "::") if within and name != within else name
+    """A row's name without the file or group it was chosen in (`within`; "" keeps it whole); a
+    file's own group holds its module-level functions.
+
+    >>> short_name("t.py::TestA", "t.py"), short_name("t.py", "t.py"), short_name("t.py::test_a[1]", "t.py")
+    ('TestA', '(module-level functions)', 'test_a[1]')
+    """
+    if name == within and "::" not in name:
+        return "(module-level functions)"
+    return name.removeprefix(within + "::") if within else name
 
 
 def cell_labels(count: int) -> list[str]:
@@ -158,13 +165,8 @@ def build_grid(
     return Grid(frame, tuple(cols), {s: n for s, n in totals.items() if n})
 
 
-def test_word(counts: Mapping[str, int]) -> str:
-    """One test in one cell: its repeats and runs folded (`status.fold`), as the scenario matrix words them."""
-    return fold(counts)
-
-
 def failing_share(totals: Mapping[str, int]) -> str:
-    """`3.1% fail or error` of the squares counted in `totals`, or "" when none failed.
+    """The share of failures (fail, error, crash, timeout, oom) among `totals`, or "" when none failed.
 
     >>> failing_share({"pass": 97, "fail": 2, "error": 1})
     '3.0% failing'
@@ -197,7 +199,7 @@ def name_many(names: Iterable[str], shown: int = 3) -> str:
     >>> name_many(["b", "a"])
     'a, b'
     >>> name_many([f"t.py::TestA::test_{i}" for i in range(5)] + ["u.py::test_b"])
-    '6 tests in 2 groups: t.py::TestA (5), u.py::test_b (1)'
+    '6 tests in 2 groups: t.py::TestA (5), u.py (1)'
     """
     unique = sorted(set(names))
     if not any("::" in n for n in unique):
@@ -209,14 +211,3 @@ def name_many(names: Iterable[str], shown: int = 3) -> str:
     more = f", … {len(groups) - shown} more" if len(groups) > shown else ""
     return f"{len(unique)} tests in {len(groups)} groups: " + ", ".join(f"{g} ({n})" for g, n in top) + more
 
-
-def group_of(node: str) -> str:
-    """The grid's second level for one node id: `file::Class`, or a module-level function without
-    its parameters; what `harness.queries` computes in SQL for the same rows.
-
-    >>> group_of("t.py::TestA::test_b[x::y]"), group_of("t.py::test_c[1]"), group_of("t.py")
-    ('t.py::TestA', 't.py::test_c', 't.py')
-    """
-    base = node.split("[", 1)[0]
-    parts = base.split("::")
-    return "::".join(parts[:2]) if len(parts) > 2 else base

@@ -380,14 +380,14 @@ def pin_rows(store: Store, scenarios: Sequence[str], filters: Filters | None = N
 # A test suite stores one outcome per node id (`tests/test_x.py::TestA::test_b[param]`), 20,000
 # of them per cell for a large suite: these reads group, search and cap in DuckDB so that a
 # page moves a few thousand rows into Python, whatever the suite's size. Levels: `file` (the
-# node id's path) and `group` (`file::Class`, or a module-level function without its
-# parameters, `file::test_a`); a node id without `::` (a scenario, or a file that failed to
-# collect) is its own file and group.
+# node id's path) and `group` (`file::Class`, or the file for its module-level functions:
+# `analysis.rows.group_of`, the summary's groups); a node id without `::` (a scenario, or a file
+# that failed to collect) is its own file and group.
 _BASE = r"regexp_replace(scenario, '\[.*$', '')"  # parameters may hold '::'; paths never hold '['
 _LEVELS = {
     "file": "split_part(scenario, '::', 1)",
     "group": f"CASE WHEN len(string_split({_BASE}, '::')) > 2 THEN array_to_string(string_split({_BASE}, '::')[1:2], '::') "
-    f"ELSE {_BASE} END",
+    "ELSE split_part(scenario, '::', 1) END",
     "test": "scenario",
 }
 _SEVERITY = "[" + ", ".join(f"'{s}'" for s in SEVERITY) + "]"
