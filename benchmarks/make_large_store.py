@@ -583,7 +583,8 @@ def node_ids(count: int, rng: random.Random) -> list[str]:
         area = AREAS[f % len(AREAS)]
         words = rng.sample(WORDS, 2)
         path = f"tests/{area}/test_{words[0]}_{words[1]}_{f:03d}.py"
-        classes = [f"Test{''.join(w.title() for w in rng.choice(WORDS).split('_'))}{k}" for k in range(rng.randint(0, 4))]
+        kinds = rng.sample(["", "Integration", "Slow", "Cpu", "Quantized"], rng.randint(0, 4))
+        classes = [f"Test{''.join(w.title() for w in rng.choice(WORDS).split('_'))}{kind}" for kind in kinds]
         owners = [*classes, ""]  # "" holds the module-level functions
         per_file = count // n_files + (1 if f < count % n_files else 0)
         made = 0
