@@ -582,3 +582,169 @@ def test_cli_dashboard_rejects_a_missing_file() -> None:
     from harness.cli import main
 
     assert main(["dashboard", "--db", "no/such/file.duckdb"]) == 2
+
+
+# -- a test suite: node ids grouped by file and class, searched in DuckDB -------------------------
+from dashboard import grouping  # noqa: E402
+
+SIG_SUITE = "KeyError: <key> @ transformers/models/gemma4/modeling_gemma4.py:forward"
+#: node id -> (status in cell A, status in cell C) for the suite's run; `flaky` also has a second run.
+SUITE = {
+    "tests/test_a.py::TestLora::test_merge[4bit]": ("pass", "error"),
+    "tests/test_a.py::TestLora::test_merge[8bit]": ("pass", "error"),
+    "tests/test_a.py::TestLora::test_load": ("pass", "pass"),
+    "tests/test_a.py::test_plain[x::y]": ("pass", "pass"),  # a parameter holding `::`: still a module-level function
+    "tests/test_a.py::test_flaky": ("pass", "pass"),
+    "tests/test_b.py::TestQuant::test_skip": ("not_applicable", "not_applicable"),
+    "tests/test_b.py::TestQuant::test_known": ("xfail", "xfail"),
+    "tests/test_b.py::test_100%_literal": ("pass", "pass"),
+}
+
+
+@pytest.fixture(scope="module")
+def suite_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("suite") / "suite.duckdb"
+    with Store(path) as store:
+        for run in ("s1", "s2"):
+            store.ensure_run(run, "matrix.toml", "", {}, "0.1.0", CPU)
+            for name in ("A", "C"):
+                store.record_cell(record(run, name))
+        for node, shows in SUITE.items():
+            for name, status in zip(("A", "C"), shows):
+                store.add_outcome(outcome("s1", cell_id(name), node, status, SIG_SUITE if status == "error" else "", "2026-11-01T10:00:00"))
+        # the second run: test_flaky errors once in cell A (worst of its runs: error; `fold`: mixed)
+        store.add_outcome(outcome("s2", cell_id("A"), "tests/test_a.py::test_flaky", "error", SIG_SUITE, "2026-11-02T10:00:00"))
+    return path
+
+
+def test_suite_counts_tests_per_file_and_cell_by_their_worst_status(suite_db: Path) -> None:
+    with Store(suite_db, read_only=True) as store:
+        rows = {(r["name"], r["cell_id"]): r for r in queries.test_group_counts(store)}
+        groups = {(r["name"], r["cell_id"]): r for r in queries.test_group_counts(store, level="group", within={"file": "tests/test_a.py"})}
+        searched = queries.test_group_counts(store, search="MERGE[")  # case-insensitive, `[` literal
+        literal = queries.test_group_counts(store, search="100%")  # `%` is no wildcard
+        failing = {r["name"] for r in queries.test_group_counts(store, failing_only=True)}
+    a = rows[("tests/test_a.py", cell_id("A"))]
+    assert (a["tests"], a["pass"], a["error"]) == (5, 4, 1)  # test_flaky once, by its worst run
+    c = rows[("tests/test_a.py", cell_id("C"))]
+    assert (c["tests"], c["pass"], c["error"], c["signature"]) == (5, 3, 2, SIG_SUITE)
+    b = rows[("tests/test_b.py", cell_id("A"))]
+    assert (b["tests"], b["pass"], b["not_applicable"], b["xfail"]) == (3, 1, 1, 1)
+    assert set(groups) == {(g, cell_id(n)) for g in ("tests/test_a.py", "tests/test_a.py::TestLora") for n in ("A", "C")}
+    assert groups[("tests/test_a.py::TestLora", cell_id("C"))]["error"] == 2
+    assert groups[("tests/test_a.py", cell_id("A"))]["tests"] == 2  # the module-level functions, test_plain[x::y] among them
+    assert {(r["name"], r["tests"]) for r in searched} == {("tests/test_a.py", 2)}
+    assert [r["name"] for r in literal] == ["tests/test_b.py", "tests/test_b.py"]
+    assert failing == {"tests/test_a.py"}
+
+
+def test_suite_tests_failures_and_diff_are_capped_and_grouped(suite_db: Path) -> None:
+    with Store(suite_db, read_only=True) as store:
+        listed = queries.test_counts(store, within={"group": "tests/test_a.py::TestLora"}, limit=2)
+        failures = queries.test_failure_summaries(store)
+        where = queries.test_signature_groups(store, SIG_SUITE)
+        tests = queries.test_signature_tests(store, SIG_SUITE, "tests/test_a.py::TestLora")
+        cell = queries.test_outcomes(store, cell_id("C"), limit=1)
+        diff = queries.test_diff(store, cell_id("A"), cell_id("C"))
+    assert listed["tests"] == 3 and {r["scenario"] for r in listed["rows"]} == {
+        "tests/test_a.py::TestLora::test_load",
+        "tests/test_a.py::TestLora::test_merge[4bit]",
+    }
+    (failure,) = failures
+    assert (failure["signature"], failure["tests"], failure["groups"], failure["files"]) == (SIG_SUITE, 3, 2, 1)
+    assert failure["scenarios"] == ["tests/test_a.py::TestLora (2)", "tests/test_a.py (1)"]
+    assert [(w["group"], w["tests"]) for w in where] == [("tests/test_a.py::TestLora", 2), ("tests/test_a.py", 1)]
+    assert [t["test"] for t in tests] == ["tests/test_a.py::TestLora::test_merge[4bit]", "tests/test_a.py::TestLora::test_merge[8bit]"]
+    assert cell["tests"] == 8 and cell["rows"][0]["status"] == "error"  # failures first
+    assert (diff["tests"], diff["differ"]) == (8, 3)
+    assert {(r["scenario"], r["A"], r["B"]) for r in diff["rows"]} == {
+        ("tests/test_a.py::TestLora::test_merge[4bit]", "pass", "error"),
+        ("tests/test_a.py::TestLora::test_merge[8bit]", "pass", "error"),
+        ("tests/test_a.py::test_flaky", "error", "pass"),
+    }
+
+
+GROUP_WORDS = [
+    ({"pass": 40}, "pass 40"),
+    ({"pass": 5, "error": 1, "crash": 2}, "crash 2 · error 1 · pass 5"),  # failures first, worst first: the colour
+    ({"pass": 3, "not_applicable": 2, "xfail": 1}, "pass 3 · not_applicable 2 · xfail 1"),  # skips say nothing: after the passes
+    ({"not_applicable": 2}, "not_applicable 2"),
+    ({"pass": 0}, ""),
+]
+
+
+@pytest.mark.parametrize(("counts", "word"), GROUP_WORDS)
+def test_group_word(counts: dict[str, int], word: str) -> None:
+    assert grouping.group_word(counts) == word
+    assert logic.status_of(word) == (word.split()[0] if word else "")
+
+
+def test_grid_columns_are_cells_in_version_order_named_by_what_varies() -> None:
+    cells = [
+        {"cell_id": "c2", "transformers": "5.23.0", "accelerate": "1.13.0", "torch": "2.13.0"},
+        {"cell_id": "c1", "transformers": "5.6.2", "accelerate": "1.13.0", "torch": "2.13.0"},
+    ]
+    cols = grouping.columns(cells)
+    assert [(c.label, c.cell_id, c.varying) for c in cols] == [("A", "c1", "tf 5.6.2"), ("B", "c2", "tf 5.23.0")]
+    by_gpu = grouping.columns(cells, {"c1": ["cpu", "H200"], "c2": ["cpu"]})
+    assert [(c.label, c.cell_id, c.gpu) for c in by_gpu] == [("A", "c1", "H200"), ("B", "c1", "cpu"), ("C", "c2", "cpu")]
+    counts = [
+        {"name": "t.py::TestA", "cell_id": "c1", "tests": 3, "pass": 3},
+        {"name": "t.py::TestA", "cell_id": "c2", "tests": 3, "pass": 2, "fail": 1},
+        {"name": "t.py", "cell_id": "c2", "tests": 1, "pass": 1},
+    ]
+    grid = grouping.build_grid(counts, cols, within="t.py")
+    assert grid.frame.to_dict("records") == [
+        {"name": "t.py", "shown": "(module-level functions)", "tests": 1, "A": "", "B": "pass 1"},
+        {"name": "t.py::TestA", "shown": "TestA", "tests": 3, "A": "pass 3", "B": "fail 1 · pass 2"},
+    ]
+    assert grid.totals == {"pass": 6, "fail": 1}
+    assert grouping.selected(grid, {"cells": [[1, "B"]]}) == ("t.py::TestA", cols[1])
+    assert grouping.selected(grid, {"rows": [0]}) == ("t.py", None)
+    assert grouping.selected(grid, {"cells": [[7, "B"]]}) is None
+
+
+def test_the_matrix_of_a_suite_groups_by_file_then_class_and_searches(suite_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(suite_db))
+    st.cache_data.clear()
+    at = run(AppTest.from_file(APP, default_timeout=60))
+    grid = at.dataframe[0].value
+    assert list(grid["shown"]) == ["tests/test_a.py", "tests/test_b.py"] and list(grid["tests"]) == [5, 3]
+    assert list(grid["A"]) == [["error 1 · pass 4"], ["pass 1 · not_applicable 1 · xfail 1"]]
+    assert not any(m.key == "f_scenario" for m in at.multiselect)  # 20,000 ids are searched, never listed
+    at.session_state["suite_grid:file:::False"] = {"selection": {"rows": [], "columns": [], "cells": [[0, "B"]]}}
+    at.run()
+    assert at.selectbox(key="m_file").value == "tests/test_a.py"
+    assert list(at.dataframe[0].value["shown"]) == ["(module-level functions)", "TestLora"]
+    at.text_input(key="f_search").set_value("merge").run()
+    assert list(at.dataframe[0].value["shown"]) == ["TestLora"]
+    assert "**2** test(s) matching `merge` in **1** file(s)" in texts(at)
+    at.toggle(key="m_flat").set_value(True).run()
+    assert list(at.dataframe[0].value["name"]) == [
+        "tests/test_a.py::TestLora::test_merge[4bit]",
+        "tests/test_a.py::TestLora::test_merge[8bit]",
+    ]
+    at.session_state["suite_grid:test:tests/test_a.py::True"] = {"selection": {"rows": [], "columns": [], "cells": [[1, "B"]]}}
+    at.run()
+    assert at.title[0].value == "Cell" and at.query_params["scenario"] == "tests/test_a.py::TestLora::test_merge[8bit]"
+    assert SIG_SUITE in texts(at) and "tests/test_a.py::TestLora::test_merge[8bit]" in texts(at)  # its outcome, read on demand
+    st.cache_data.clear()
+
+
+@pytest.mark.parametrize("page", ["failures", "cell", "compare"])
+def test_every_page_of_a_suite_renders_grouped(suite_db: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
+    import streamlit as st
+
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(suite_db))
+    st.cache_data.clear()
+    at = run(AppTest.from_file(APP, default_timeout=60), page)
+    shown = texts(at)
+    if page == "failures":
+        assert "3 test(s) in 2 class(es) or function(s) of 1 file(s)" in shown and "**Where it fails**" in shown
+    elif page == "cell":
+        assert "**8** test(s) in **2** file(s)" in shown
+    else:
+        assert "3 of 8 test(s) differ, in 2 class(es) or function(s)." in shown
+    st.cache_data.clear()
