@@ -258,10 +258,12 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --array=1-{n}
 #SBATCH --gres=gpu:1
 #SBATCH --output=results/slurm-%A_%a.log
-# {cells} cells of {matrix} over {n} array tasks; each writes its own shard.
-# Afterwards: harness merge --db results/compat.duckdb results/shard-*.jsonl
+# {cells} cells of {matrix} over {n} array tasks; each writes its own shard. A shard sees only
+# its cells, so the ranges between shards are refined once, after the merge (offline too: the
+# wheelhouse of `harness wheelhouse --refine-budget` holds the releases between):
+# Afterwards: harness merge --db results/compat.duckdb results/shard-*.jsonl && harness refine --db results/compat.duckdb --matrix {matrix}
 set -euo pipefail
-harness sweep --matrix {matrix} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress
+harness sweep --matrix {matrix} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
 """
 
 
@@ -398,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-python", default="", help="path of that interpreter on the runner (recorded only)")
     p.add_argument("--bnb-keep", nargs="*", default=None, help="slim bitsandbytes wheels to these native libraries, e.g. cuda130")
     p.add_argument("--no-tools", action="store_true", help="do not add the harness's own runner tools (uv)")
+    p.add_argument(
+        "--refine-budget",
+        type=float,
+        default=0.0,
+        metavar="MIB",
+        help="also hold the releases a refinement of each range may build, up to MIB of wheels, and the release lists (one trip)",
+    )
     p = sub.add_parser("plan", help="print a scheduler's matrix of shards: a GitHub Actions matrix or a Slurm array script")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
@@ -451,7 +460,7 @@ def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
-    from harness.candidates import resolve_matrix
+    from harness.candidates import index_for, resolve_matrix
     from harness.envs import base_from_freeze
     from harness.errors import BadInput
     from harness.wheelhouse import build_wheelhouse
@@ -465,7 +474,10 @@ def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
     # Resolve here against the index; the runner's own settings (no_index, its wheelhouse) apply there.
     spec.settings.no_index = False
     spec.settings.find_links = [f for f in spec.settings.find_links if Path(f).is_dir() and Path(f).resolve() != args.out.resolve()]
-    resolved = resolve_matrix(spec, base_freeze=base.freeze if base else None)
+    if args.refine_budget < 0:
+        raise BadInput(f"--refine-budget {args.refine_budget:g}: give a size in MiB, 0 or more")
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index, base_freeze=base.freeze if base else None)
     report = build_wheelhouse(
         resolved,
         args.out,
@@ -474,11 +486,15 @@ def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
         base=base,
         keep_bnb=set(args.bnb_keep) if args.bnb_keep else None,
         runner_tools=not args.no_tools,
+        refine_budget_mib=args.refine_budget,
+        index=index,
     )
     for cell, status in report.cells.items():
         console.print(f"{cell}: {status}")
     size = sum(p.stat().st_size for p in args.out.glob("*.whl")) / 2**20
     console.print(f"{len(report.downloaded)} wheel(s) in {args.out} ({size:.1f} MiB); slimmed: {', '.join(report.slimmed) or 'none'}")
+    if args.refine_budget:
+        _print_refinement(report, args, console)
     return EXIT_OK
 
 
@@ -492,6 +508,21 @@ def _parse_pins(pins: list[str]) -> dict[str, str]:
         name, version = pin.split("=", 1)
         out[name.strip().lower()] = version.strip().lstrip("=")
     return out
+
+
+def _print_refinement(report: Any, args: argparse.Namespace, console: Console) -> None:
+    """What the runner can refine by itself, which ranges may stay open, and how to continue them."""
+    held = set(report.refined)
+    between = sum(len(s.between) for s in report.ranges)
+    axes = len({s.axis for s in report.ranges})
+    used = f"{report.refine_mib:.3g} of {args.refine_budget:g} MiB"
+    console.print(f"refinement: {len(held)} of {between} release(s) between listed ones held ({used}), release lists of {axes} axis(es)")
+    notes = [n for s in report.ranges if (n := s.open_note(held))]
+    for note in notes:
+        console.print(f"  may stay open: {note}", overflow="fold")
+    if notes:
+        needed = float(f"{max(report.refine_mib * between / max(len(held), 1) * 1.2, args.refine_budget * 2):.2g}")
+        console.print(f"  to hold them: the same command with --refine-budget {needed:g}; after the run, `harness refine --plan` goes on")
 
 
 def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:

@@ -15,7 +15,7 @@ import json
 import subprocess
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from harness import hostinfo
 from harness.analysis.attribution import Transition, attribute
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
 from harness.analysis.refine import Buildable, Plan, Probe, Share, offline_probes, plan_round
+from harness.analysis.report import is_test, suite_of_run
 from harness.analysis.rows import Machine, machine_of
 from harness.analysis.versions import git_url_without_ref, release
 from harness.candidates import index_for, python_version_of, resolve_matrix
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from harness.bisection import Step
     from harness.store import Store
 from harness.sweep import ResultStore, Sweep, SweepOptions, SweepPlan
+from harness.testsuite import Suite
 
 #: A round of probes, as it starts: (round number, the plan) -> the log line(s) of the caller.
 OnRound = Callable[[int, Plan], None]
@@ -111,7 +113,7 @@ def _rounds(
             cell = _probe_cell(probe, cells)
             cells[cell.id] = cell
             done = sweep.store.done_keys(sweep.plan.run_id)
-            todo = [(scenarios[s], r) for s in probe.scenarios if s in scenarios for r in range(repeats) if (cell.id, s, r) not in done]
+            todo = _probe_work(cell.id, probe.scenarios, scenarios, repeats, done)
             if todo:
                 work.append((cell, todo))
         before = sweep.ledger.envs_built
@@ -121,6 +123,26 @@ def _rounds(
         if report.stopped:
             break
     return report
+
+
+def _probe_work(
+    cell_id: str, names: Sequence[str], scenarios: Mapping[str, Scenario], repeats: int, done: set[tuple[str, str, int]]
+) -> list[tuple[Scenario, int]]:
+    """What a probe cell runs: each scenario named, and the suite's tests named (node ids) as
+    one suite narrowed to them, so that they share one collection. A suite's tests run once
+    (repeat 0); the sweep stores them under their node ids."""
+    todo: list[tuple[Scenario, int]] = []
+    tests: list[str] = []
+    suite = next((s for s in scenarios.values() if isinstance(s, Suite)), None)
+    for name in names:
+        found = scenarios.get(name)
+        if isinstance(found, Suite) or (found is None and suite is not None and "::" in name):
+            tests += [name] if (cell_id, name, 0) not in done else []
+        elif found is not None:
+            todo += [(found, r) for r in range(repeats) if (cell_id, name, r) not in done]
+    if tests and suite is not None:
+        todo.append((replace(suite, paths=tuple(tests), keyword="", marker=""), 0))
+    return todo
 
 
 def _buildable(sweep: Sweep) -> Buildable | None:
@@ -208,8 +230,11 @@ def refine_file(
             raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
         names = {r["scenario"] for r in queries.outcome_rows(store)}
         files = lookup_names()  # the project's scenarios/, then the built-in packs
-        scenarios = {n: load_scenario(files[n]) for n in names if n in files}
+        scenarios: dict[str, Scenario] = {n: load_scenario(files[n]) for n in names if n in files}
         scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
+        suite = _recorded_suite(queries.runs(store), spec, matrix, db, env_root) if any(map(is_test, names)) else None
+        if suite is not None:
+            scenarios[suite.name] = suite  # its tests' node ids run as one narrowed suite (`_probe_work`)
 
         def transitions_of() -> list[Transition]:
             return list(attribute(queries.outcome_rows(store), known_versions=queries.known_releases(store)).transitions)
@@ -223,7 +248,9 @@ def refine_file(
                 f"no answer in {str(db)!r} holds on this machine ({prefix}); refine on the machine it ran on: "
                 + (", ".join(found) or "no machine recorded")
             )
-        needed = sorted({t.scenario for t in transitions_of() if t.machine in machines()} - set(scenarios))
+        needed = sorted(
+            {t.scenario for t in transitions_of() if t.machine in machines() and not (suite and is_test(t.scenario))} - set(scenarios)
+        )
         if needed:
             raise BadInput(
                 f"scenario(s) {', '.join(needed)} of {str(db)!r} are not in the harness's scenarios/; "
@@ -244,6 +271,23 @@ def refine_file(
                 exact = [t for t in transitions_of() if t.machine in here_now]
                 commits = refine_commits(sweep, store, exact, repos, cells, scenarios, on_probe)
     return report, run_id, commits
+
+
+def _recorded_suite(runs: Mapping[str, Mapping[str, Any]], spec: Any, matrix: Path, db: Path, env_root: Path | None) -> Suite | None:
+    """The suite the newest run of the file recorded, as a sweep takes it (with what its cells need)."""
+    from harness.sweep import suite_for
+
+    recorded = [found for run in runs.values() if (found := suite_of_run(run))]
+    if not recorded:
+        return None
+    last = recorded[-1]  # runs come oldest first
+    options = SweepOptions(
+        matrix, db, env_root=env_root, tests=[str(p) for p in last.get("paths") or []], tests_root=str(last.get("root") or "")
+    )
+    options.keyword, options.marker = str(last.get("k") or ""), str(last.get("m") or "")
+    options.test_requirements = [str(r) for r in last.get("requirements") or []]
+    options.tests_of, options.tests_git = str(last.get("of") or ""), str(last.get("git") or "")
+    return suite_for(options, spec)
 
 
 # -- down to the commit ------------------------------------------------------------------------
