@@ -352,3 +352,34 @@ def _read(watch: _Watch) -> Iterator[dict[str, Any]]:
         elif kind == "result" and event.get("nodeid") == watch.running:
             watch.running = ""
         yield event
+
+
+# -- what plain pytest says, for checking the harness against it ---------------------------------
+#: One line of `pytest -v`: the node id, then the word pytest prints for it.
+VERBOSE_LINE = re.compile(r"^(?P<node>\S.*?::.*?) (?P<word>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)( \(.*\))?\s+\[\s*\d+%\]\s*$")
+
+
+def pytest_word(status: str, message: str) -> str:
+    """The word plain `pytest -v` prints for a test the harness stored with `status`.
+
+    >>> pytest_word("error", "in setup: RuntimeError: x"), pytest_word("error", "KeyError: 'a'")
+    ('ERROR', 'FAILED')
+    """
+    if status == "error":
+        return "ERROR" if message.startswith(("in setup:", "in teardown:")) else "FAILED"
+    words = {"pass": "PASSED", "fail": "FAILED", "not_applicable": "SKIPPED", "xfail": "XFAIL", "xpass": "XPASS"}
+    return words.get(status, status.upper())
+
+
+def parse_verbose(output: str) -> dict[str, str]:
+    """Node id -> pytest's word, from `-v` output (an error in teardown after a pass is ERROR).
+
+    >>> parse_verbose("t.py::a[x y] PASSED [ 50%]\\nt.py::a[x y] ERROR [ 50%]\\nt.py::b SKIPPED (why) [100%]")
+    {'t.py::a[x y]': 'ERROR', 't.py::b': 'SKIPPED'}
+    """
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        m = VERBOSE_LINE.match(line)
+        if m and found.get(m["node"]) != "ERROR":
+            found[m["node"]] = m["word"]
+    return found
