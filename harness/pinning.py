@@ -28,6 +28,7 @@ from harness.analysis.pin import (
     choose,
     find_machine,
     machine_classes,
+    marker_matches,
     newest_machine,
     select_tests,
     with_evidence,
@@ -42,14 +43,35 @@ from harness.store import Store
 #: Stored names quoted in a message before the rest are counted (a suite stores thousands).
 _QUOTED = 12
 MARKERS_NOT_STORED = (
-    "markers are not stored with outcomes: select tests by node id, file, class or folder with --test, "
-    "or sweep with -m EXPR (only the tests it selects are stored) and pin over that results file"
+    "sweep the suite again (outcomes record their tests' markers since 2026-11-24), or select tests by node id, "
+    "file, class or folder with --test"
 )
 
 
 def _quoted(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_QUOTED])
     return shown + (f" and {len(names) - _QUOTED} more" if len(names) > _QUOTED else "")
+
+
+def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str], rows: Sequence[dict[str, Any]], db: str) -> list[str]:
+    """The node ids whose stored markers `-m` selects (within the --test selection, when given)."""
+    if not markers:
+        raise BadInput(f"-m {expression!r}: {db!r} stores no markers; {MARKERS_NOT_STORED}")
+    try:
+        chosen = [node for node, names in sorted(markers.items()) if marker_matches(expression, names)]
+        # tests with no marker at all were stored without any: `-m "not slow"` selects them too
+        unmarked = sorted({str(r["scenario"]) for r in rows if "::" in str(r["scenario"])} - set(markers))
+        chosen += [node for node in unmarked if marker_matches(expression, set())]
+    except ValueError as err:
+        raise BadInput(str(err)) from None
+    if tests:
+        within, _ = select_tests(chosen, tests)
+        chosen = within
+    if not chosen:
+        raise BadInput(
+            f"-m {expression!r} selects no stored test in {db!r}; markers stored: {_quoted(sorted(set().union(*markers.values())))}"
+        )
+    return chosen
 
 
 def resolve_machine(rows: Sequence[dict[str, Any]], db: str, wanted: str, constraints: Constraints) -> str:
@@ -251,12 +273,13 @@ def pin_file(
     machine: a class (`cpu`, `2x NVIDIA H200`, `any`); "" means the newest run's. tests: node
     ids, files, classes or folders, expanded against the stored node ids.
     """
-    if marker:
-        raise BadInput(f"-m {marker!r}: {MARKERS_NOT_STORED}")
     constraints = Constraints.parse(fixes, gpu, platform)
     with Store(db, read_only=True) as store:
         rows = queries.outcome_rows(store)
         runs = queries.runs(store)
+        markers = queries.test_markers(store) if marker else {}
+    if marker:
+        tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
     ranking = check_request(rows, str(db), scenarios, constraints, rank)
     constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints))
     wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)

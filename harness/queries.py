@@ -91,6 +91,16 @@ def statuses(store: Store, cell_id: str, scenario: str) -> list[str]:
     return [r["status"] for r in rows]
 
 
+def test_markers(store: Store) -> dict[str, set[str]]:
+    """Node id -> the pytest markers its outcomes recorded (tests swept before markers were stored have none)."""
+    found: dict[str, set[str]] = {}
+    sql = "SELECT DISTINCT scenario, metrics FROM outcomes_v WHERE metrics IS NOT NULL AND strpos(CAST(metrics AS VARCHAR), 'markers') > 0"
+    for row in store.fetch(sql, []):
+        metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
+        found.setdefault(str(row["scenario"]), set()).update(map(str, (metrics or {}).get("markers") or []))
+    return found
+
+
 def cell_outcomes(store: Store, cell_id: str, runs: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Every outcome of one cell with its traceback, output tail and metrics (decoded), and where it ran."""
     sql = (

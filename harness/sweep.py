@@ -758,7 +758,8 @@ def _suite_outcome(
     elif kind != "result":
         return None
     result = interpret_result(event, libraries)
-    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="")
+    marks = {"markers": [str(m) for m in event["markers"]]} if event.get("markers") else {}
+    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="", metrics=marks)
     return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
 
 

@@ -262,6 +262,7 @@ class _Watch:
     since: float = 0.0
     collected: bool = False
     timed_out: str = ""
+    markers: list[str] = field(default_factory=list)  # the running test's
 
 
 def run_suite(
@@ -299,7 +300,8 @@ def run_suite(
         if in_test and in_test not in finished:
             finished.add(in_test)
             progress = True
-            yield _ended_in_test(in_test, bool(watch.timed_out), timeout, exit_code, sig)
+            ended = _ended_in_test(in_test, bool(watch.timed_out), timeout, exit_code, sig)
+            yield {**ended, **({"markers": watch.markers} if watch.markers else {})}
         elif watch.collected or exit_code is not None:
             return  # the session ended on its own: every test done, or pytest stopped it
         barren = 0 if progress else barren + 1
@@ -347,7 +349,7 @@ def _read(watch: _Watch) -> Iterator[dict[str, Any]]:
         if kind == "collected":
             watch.collected = True
         elif kind == "start":
-            watch.running, watch.since = str(event["nodeid"]), time.monotonic()
+            watch.running, watch.since, watch.markers = str(event["nodeid"]), time.monotonic(), list(event.get("markers") or [])
             continue
         elif kind == "result" and event.get("nodeid") == watch.running:
             watch.running = ""

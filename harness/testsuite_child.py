@@ -10,7 +10,7 @@ Events, one JSON object a line:
     {"event": "collected", "nodeids": [...]}
     {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "traceback"}
     {"event": "start", "nodeid": ...}
-    {"event": "result", "nodeid", "status", "phase", "exception_type", "message", "frames", "traceback", "reason", "seconds"}
+    {"event": "result", "nodeid", "status", "phase", "exception_type", "message", "frames", "traceback", "reason", "seconds", "markers"}
     {"event": "imported", "modules": [...]}      installed modules the session loaded (preloaded next time)
 """
 
@@ -71,6 +71,7 @@ class Plugin:
         self.phases: dict[str, dict[str, dict[str, Any]]] = {}
         self.exceptions: dict[tuple[str, str], dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
+        self.markers: dict[str, list[str]] = {}  # node id -> its marker names (what `harness pin -m` selects on)
 
     def emit(self, **event: Any) -> None:
         self.out.write(json.dumps(event, default=str) + "\n")
@@ -83,6 +84,8 @@ class Plugin:
             config.hook.pytest_deselected(items=left)
 
     def pytest_collection_finish(self, session: Any) -> None:
+        for item in session.items:
+            self.markers[item.nodeid] = sorted({m.name for m in item.iter_markers()} - {"parametrize"})
         self.emit(event="collected", nodeids=[item.nodeid for item in session.items])
 
     def pytest_collectreport(self, report: Any) -> None:
@@ -98,7 +101,8 @@ class Plugin:
             )
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self.emit(event="start", nodeid=nodeid)
+        marks = {"markers": self.markers[nodeid]} if self.markers.get(nodeid) else {}
+        self.emit(event="start", nodeid=nodeid, **marks)  # the controller's crash or timeout result carries them
 
     def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
         # The exception itself (type, message, frames) for the signature: a report holds only
@@ -125,7 +129,8 @@ class Plugin:
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration)
         if report.when == "teardown":
             result = fold(self.phases.pop(report.nodeid))
-            self.emit(event="result", nodeid=report.nodeid, seconds=round(self.seconds.pop(report.nodeid), 4), **result)
+            marks = {"markers": self.markers[report.nodeid]} if self.markers.get(report.nodeid) else {}
+            self.emit(event="result", nodeid=report.nodeid, seconds=round(self.seconds.pop(report.nodeid), 4), **result, **marks)
 
 
 def _new_imports(before: set[str], root: str) -> list[str]:

@@ -659,6 +659,33 @@ def selects(selector: str, name: str) -> bool:
     return "::" not in chosen and name.split("::", 1)[0].startswith(f"{chosen}/")
 
 
+_MARKER_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not\b|[A-Za-z_][\w.]*)")
+
+
+def marker_matches(expression: str, markers: set[str]) -> bool:
+    """pytest's `-m` expression (marker names with and, or, not, parentheses) against a test's markers.
+
+    >>> marker_matches("gpu and not slow", {"gpu"}), marker_matches("gpu and not slow", {"gpu", "slow"})
+    (True, False)
+    >>> marker_matches("(a or b) and not c", {"b"})
+    True
+    """
+    words, at = [], 0
+    while at < len(expression.rstrip()):
+        m = _MARKER_TOKEN.match(expression, at)
+        if not m:
+            left = expression[at:].strip()
+            raise ValueError(f"-m {expression!r}: unexpected {left!r}; use marker names with and, or, not and parentheses")
+        token = m.group(1)
+        words.append(token if token in ("(", ")", "and", "or", "not") else str(token in markers))
+        at = m.end()
+    try:
+        # only True, False, and, or, not and parentheses are left: nothing to run but logic
+        return bool(eval(" ".join(words), {"__builtins__": {}}, {}))
+    except SyntaxError:
+        raise ValueError(f"-m {expression!r} is not a marker expression; e.g. -m 'gpu and not slow'") from None
+
+
 def select_tests(stored: Iterable[str], selectors: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the stored names the selectors choose, in stored order; the selectors that chose nothing).
 

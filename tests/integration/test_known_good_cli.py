@@ -112,7 +112,7 @@ BAD = [
     pytest.param(
         ["--test", "tests/test_nothing.py"], ["--test 'tests/test_nothing.py' selects no stored test", "no test node ids"], id="no-tests"
     ),
-    pytest.param(["--scenario", "shared", "-m", "gpu"], ["markers are not stored", "sweep with -m EXPR"], id="marker"),
+    pytest.param(["--scenario", "shared", "-m", "gpu"], ["stores no markers", "sweep the suite again"], id="marker"),
 ]
 
 
@@ -170,3 +170,12 @@ def test_pin_over_tests_of_a_swept_suite(tmp_path: Path, env_root: Path) -> None
     # a test skipped everywhere on this machine: nothing to pin
     proc = run_cli("pin", "--db", str(db), "--test", f"{FILE}::test_skipped")
     assert proc.returncode == 2 and "none of which passed or failed on machine cpu" in proc.stderr
+
+    # by marker, as pytest's -m reads it: the stored markers of each test
+    proc = run_cli("pin", "--db", str(db), "-m", "slowish", "--json")
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1 and result["scenarios"] == [f"{FILE}::test_hang", f"{FILE}::test_segfault"], proc.stdout
+    proc = run_cli("pin", "--db", str(db), "-m", "not slowish and not xfail", "--test", f"{FILE}::test_param[1]", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["scenarios"] == [f"{FILE}::test_param[1]"], proc.stdout + proc.stderr
+    proc = run_cli("pin", "--db", str(db), "-m", "slowish and (")
+    assert proc.returncode == 2 and "is not a marker expression" in proc.stderr
