@@ -157,7 +157,8 @@ def plan(options: SweepOptions) -> SweepPlan:
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
     suite = suite_for(options, spec)
-    scenarios: list[Scenario] = select(options.scenarios) if options.scenarios or not suite else []
+    named = options.scenarios or spec.settings.scenarios  # the command line's, else the matrix's `scenarios`
+    scenarios: list[Scenario] = select(named) if named or not suite else []
     if suite is not None:
         scenarios.append(suite)
     cells = resolved.cells

@@ -164,3 +164,15 @@ def test_process_isolation_gives_the_same_statuses(tmp_path: Path, env_root: Pat
     assert proc.returncode == 0, proc.stderr
     rows = outcomes(db)
     assert {s: r["status"] for (_, s), r in rows.items()} == {"segfault": "crash", "hang": "timeout", "memory": "oom", "keyerror": "error"}
+
+
+def test_the_matrix_scenarios_key_chooses_what_runs(tmp_path: Path) -> None:
+    # the GPU runner's matrices name their scenarios; without --scenario, those run, not all
+    from harness.sweep import SweepOptions, plan
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[matrix]\npython = "3.11"\nscenarios = ["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]\n\n[axes]\npackaging = ["24.0"]\n')
+    chosen = plan(SweepOptions(matrix, tmp_path / "out.duckdb")).scenarios
+    assert sorted(s.name for s in chosen) == ["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]
+    named = plan(SweepOptions(matrix, tmp_path / "out.duckdb", scenarios=["gemma4_lora_broad_targets"])).scenarios
+    assert [s.name for s in named] == ["gemma4_lora_broad_targets"]  # the command line's win
