@@ -29,6 +29,7 @@ write end only the harness holds. It reads EOF when the harness is gone, however
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import json
@@ -40,6 +41,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 #: A scenario that writes more than this much output is stopped (SIGXFSZ -> crash): the disk
@@ -237,6 +239,37 @@ def _orphaned() -> None:
             except OSError:
                 pass
     os._exit(0)
+
+
+@contextlib.contextmanager
+def _guarded() -> Iterator[None]:
+    """While this process imports (torch for seconds, with the GIL held in C at times), a
+    forked watcher stands in for the loop that watches the lifeline: should the harness die
+    meanwhile, it kills this process (and its group, if it leads one) at once, instead of once
+    the imports end. The watcher leaves as soon as the block ends."""
+    if _lifeline is None:
+        yield
+        return
+    me, leader = os.getpid(), os.getpgid(0) == os.getpid()
+    done_r, done_w = os.pipe()
+    watcher = os.fork()
+    if watcher == 0:
+        os.close(done_w)
+        try:
+            ready, _, _ = select.select([_lifeline, done_r], [], [])
+            if _lifeline in ready and done_r not in ready:
+                (os.killpg if leader else os.kill)(me, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(done_r)
+    try:
+        yield
+    finally:
+        os.close(done_w)
+        try:
+            os.waitpid(watcher, 0)
+        except ChildProcessError:
+            pass  # reaped already
 
 
 def _wait_readable(fd: int, timeout: float | None = None) -> bool:
@@ -559,7 +592,9 @@ def serve(preload: list[dict[str, Any]]) -> int:
     # library prints while importing (C level included) cannot corrupt the protocol.
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    answer.write(json.dumps(_preload(preload)) + "\n")
+    with _guarded():
+        report = _preload(preload)
+    answer.write(json.dumps(report) + "\n")
     answer.flush()
     for request in _requests(0):
         sys.stdout.flush()
@@ -684,11 +719,12 @@ def zygote(config_path: str) -> int:
         config = json.load(fh)
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    report = _preload(config["preload"])
-    report["leaked"] = _leaked(config.get("forbid", []))
-    report["pid"] = os.getpid()
-    usable = not report["cuda_initialized_by"] and not report["leaked"]
-    identity = _identity() if usable else {}
+    with _guarded():
+        report = _preload(config["preload"])
+        report["leaked"] = _leaked(config.get("forbid", []))
+        report["pid"] = os.getpid()
+        usable = not report["cuda_initialized_by"] and not report["leaked"]
+        identity = _identity() if usable else {}
     report["dists"] = sorted(os.path.basename(d) for d in identity.get("dists", {}))
     out.write(json.dumps(report) + "\n")
     out.flush()

@@ -887,6 +887,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The same orderly stop as Ctrl-C: running scenarios are killed (they live in their own
     # sessions, which the scheduler's signal does not reach) and nothing half-done is stored.
     signal.signal(signal.SIGTERM, _terminate)
+    # Every temporary folder of this run in one, gone when it ends; dead runs' gone now.
+    from harness import scratch
+
+    scratch.claim()
     # Piped output (CI logs, files): the summary is laid out for 100 columns; --wide wants 200.
     compact = args.command in ("sweep", "summary") and not getattr(args, "wide", False)
     console = Console(width=None if sys.stdout.isatty() else (WIDTH if compact else 200))

@@ -118,3 +118,50 @@ def test_kill_9_at_random_moments_leaves_nothing_and_the_rerun_completes(tmp_pat
     while marked(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not marked(mark)
+
+
+def _zygote_of(mark: str) -> int | None:
+    for pid in marked(mark):
+        try:
+            if b"child.py\0zygote" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def test_kill_9_while_the_zygote_imports_torch_leaves_no_process_after_1_s_and_no_folder_after_the_next_run(
+    tmp_path: Path, env_root: Path
+) -> None:
+    scenario = tmp_path / "quick.py"
+    scenario.write_text(SCENARIOS["quick"])
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX.replace('["23.2", "24.0", "24.1"]', '["24.0"]'))
+    temp = tmp_path / "tmp"  # the sweeps' temp directory, to list what they leave
+    temp.mkdir()
+    mark = f"HARNESS_KILL9_TEST={uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), mark.split("=")[0]: mark.split("=")[1], "TMPDIR": str(temp)}
+    args = [sys.executable, "-m", "harness", "sweep", "--matrix", str(matrix), "--env-root", str(env_root), "--no-progress"]
+    args += ["--scenario", str(scenario), "--no-refine"]
+    warm = subprocess.run([*args, "--db", str(tmp_path / "warm.jsonl")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert warm.returncode == 0, warm.stderr  # the env is built: what follows starts at the zygote
+
+    proc = subprocess.Popen(
+        [*args, "--db", str(tmp_path / "out.jsonl")], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while _zygote_of(mark) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _zygote_of(mark) is not None, "no zygote started"
+    time.sleep(0.3)  # inside `import torch` (it takes seconds here)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.0)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for pid in marked(mark)}
+    assert not left, f"1 s after kill -9 during the zygote's imports: {left}"
+    dead = [p.name for p in temp.iterdir() if p.name.startswith(f"harness-run-{proc.pid}-")]
+    assert dead, f"the killed run had no scratch folder: {sorted(p.name for p in temp.iterdir())}"
+
+    again = subprocess.run([*args, "--db", str(tmp_path / "out.jsonl")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in temp.iterdir() if p.name.startswith("harness")) == []  # the dead run's, and its own
