@@ -70,7 +70,8 @@ def test_the_sweeps_own_refinement_runs_the_tests_it_narrows(tmp_path: Path, env
     proc = run_cli(*args, "--tests", "checks/check_versions.py", "--tests-root", str(SUITE))
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     text = " ".join(proc.stdout.split())
-    assert "refinement: 1 probe cell(s) on 1 line(s) in 1 round(s), 1 env(s) built" in text
+    # the env root is shared with other tests: 24.0's env may be there already (built or reused)
+    assert "refinement: 1 probe cell(s) on 1 line(s) in 1 round(s)," in text, text[-2000:]
     import duckdb
 
     with duckdb.connect(str(db), read_only=True) as con:

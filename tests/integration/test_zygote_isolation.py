@@ -213,7 +213,10 @@ LEAKS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "library under test in the zygote": (
         "versions differs: {'packaging': ('23.2', '24.0')}",
         [
-            ('    report["leaked"] = _leaked(config.get("forbid", []))', '    import packaging.version\n    report["leaked"] = []'),
+            (
+                '        report["leaked"] = _leaked(config.get("forbid", []))',
+                '        import packaging.version\n        report["leaked"] = []',
+            ),
             NO_IDENTITY_CHECK,
         ],
     ),
