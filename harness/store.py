@@ -42,6 +42,34 @@ from harness.errors import StoreError, StoreLocked
 from harness.journal import Journal, disk_error, folder_of, journals, pending, remove, writer_alive
 from harness.outcome import CellRecord, Outcome
 
+#: What the answers read: an outcome with its cell's versions and its run's machine (the newest
+#: definition; migrations 0001-0006 wrote earlier ones).
+OUTCOMES_VIEW = """
+SELECT
+    o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
+    o.signature, o.signature_family, o.blamed_library, o.exception_type, o.message,
+    COALESCE(c.installed->>'torch', c.versions->>'torch') AS torch,
+    COALESCE(c.installed->>'transformers', c.versions->>'transformers') AS transformers,
+    COALESCE(c.installed->>'accelerate', c.versions->>'accelerate') AS accelerate,
+    COALESCE(c.installed->>'peft', c.versions->>'peft') AS peft,
+    COALESCE(c.installed->>'bitsandbytes', c.versions->>'bitsandbytes') AS bitsandbytes,
+    c.versions, c.installed, c.git_commits, c.inherited, c.python,
+    r.host->>'platform' AS platform,
+    r.host->>'gpu' AS gpu,
+    TRY_CAST(r.host->>'gpu_count' AS INTEGER) AS gpu_count,
+    json_extract_string(r.host, '$.gpus[0]."memory.total"') AS gpu_memory,
+    json_extract_string(r.host, '$.gpus[0].compute_cap') AS gpu_compute_capability,
+    json_extract_string(r.host, '$.gpus[0].driver_version') AS gpu_driver,
+    c.cuda_runtime,
+    c.python_version,
+    r.host->>'python' AS host_python,
+    COALESCE(c.origin, 'matrix') AS origin,
+    o.seconds, c.env_seconds, o.metrics, o.started_at
+FROM outcomes o
+LEFT JOIN cells c USING (run_id, cell_id)
+LEFT JOIN runs r USING (run_id)
+"""
+
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
         "0001_initial",
@@ -249,6 +277,13 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             folded_at TIMESTAMP
         );
         """,
+    ),
+    (
+        # DuckDB 2.0.0 stored `host->'gpus'->0->>'memory.total'` as `host->'gpus'->(0->>'…')`, and
+        # 2.0.1 reads that text back as written and refuses it: every query of the view failed.
+        # The view now names its JSON paths whole (readers lay it over an older file too).
+        "0008_outcomes_v_json_paths",
+        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW + ";",
     ),
 )
 
@@ -680,6 +715,7 @@ class Store:
             con = self._connect(read_only=True, wait=self.lock_wait)
             try:
                 _overlay(con, self._where)
+                _current_view(con)
             except BaseException:
                 con.close()
                 raise
@@ -1204,6 +1240,16 @@ def _folded(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 # -- a reader's view: the file plus what the journals hold past the folded offsets -------------
+def _current_view(con: duckdb.DuckDBPyConnection) -> None:
+    """Lay this harness's `outcomes_v` over the file's, in this read-only connection: a file a
+    reader may not migrate (one DuckDB 2.0.0 wrote) still reads. A file older than the view's
+    columns keeps its own."""
+    try:
+        con.execute("CREATE OR REPLACE TEMP VIEW outcomes_v AS " + OUTCOMES_VIEW)
+    except duckdb.Error:
+        pass
+
+
 def _overlay(con: duckdb.DuckDBPyConnection, db: str) -> None:
     """Shadow runs, cells, outcomes and releases with temporary views that add the journals'
     unfolded records, in this connection only (a read-only connection may create TEMP objects,
