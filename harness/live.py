@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness import journal
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from harness.envs import EnvResult
     from harness.matrix import Cell
     from harness.outcome import Outcome
-    from harness.store import Store
+    from harness.resultsfile import ResultsFile
     from harness.sweep import Reporter
 
 
@@ -77,7 +77,7 @@ def _now() -> str:
 class LiveReporter:
     """A sweep's `Reporter` that also tells the results file's readers how far the sweep got."""
 
-    def __init__(self, store: Store, inner: Reporter | None = None) -> None:
+    def __init__(self, store: ResultsFile, inner: Reporter | None = None) -> None:
         self.store = store
         self.inner = inner
         self.queued = 0
@@ -122,9 +122,9 @@ class LiveReporter:
             self.inner.finish()
 
 
-def watched(store: Any, inner: Reporter | None) -> Reporter | None:
-    """`inner`, reporting to the readers of `store` too when it is a DuckDB results file (asked
-    by what it can do, not by its class: a runner writing a JSON-lines shard has no DuckDB)."""
-    if callable(getattr(store, "report", None)) and getattr(store, "path", ":memory:") != ":memory:":
+def watched(store: ResultsFile, inner: Reporter | None) -> Reporter | None:
+    """`inner`, reporting to the readers of `store` too when they can watch it (`watchable`: a
+    DuckDB file on disk; a runner writing a JSON-lines shard has no DuckDB and no dashboard)."""
+    if store.watchable:
         return LiveReporter(store, inner)
     return inner

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.analysis.rows import AXIS_ORDER
 from harness.analysis.status import FAILURES, SEVERITY, Status
-from harness.store import Store
+from harness.resultsfile import SqlResultsFile
 
 Filters = Mapping[str, Sequence[str]]
 
@@ -53,7 +53,7 @@ def _where(filters: Filters | None) -> tuple[str, list[Any]]:
 
 
 # -- outcomes --------------------------------------------------------------------------------
-def outcome_rows(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[str, Any]]:
     """Every row of `outcomes_v` (of one run, or all), by cell, scenario and repeat."""
     sql = "SELECT * FROM outcomes_v"
     params: list[Any] = []
@@ -63,7 +63,9 @@ def outcome_rows(store: Store, run_id: str | None = None) -> list[dict[str, Any]
     return store.fetch(sql + " ORDER BY cell_id, scenario, repeat, run_id", params)
 
 
-def outcome_rows_with_traces(store: Store, scenarios: Sequence[str] = (), cell_id: str = "", signature: str = "") -> list[dict[str, Any]]:
+def outcome_rows_with_traces(
+    store: SqlResultsFile, scenarios: Sequence[str] = (), cell_id: str = "", signature: str = ""
+) -> list[dict[str, Any]]:
     """`outcomes_v` rows plus each outcome's `traceback` and `output_tail` (the view leaves them out).
 
     scenarios: only these (empty: all). cell_id: only this cell. signature: only outcomes with it.
@@ -85,13 +87,13 @@ def outcome_rows_with_traces(store: Store, scenarios: Sequence[str] = (), cell_i
     return store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params)
 
 
-def statuses(store: Store, cell_id: str, scenario: str) -> list[str]:
+def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
     """Every stored status of one scenario in one cell, over all runs, oldest first (bisection reuses them)."""
     rows = store.fetch("SELECT status FROM outcomes WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario])
     return [r["status"] for r in rows]
 
 
-def test_markers(store: Store) -> dict[str, set[str]]:
+def test_markers(store: SqlResultsFile) -> dict[str, set[str]]:
     """Node id -> the pytest markers its outcomes recorded (tests swept before markers were stored have none)."""
     found: dict[str, set[str]] = {}
     sql = "SELECT DISTINCT scenario, metrics FROM outcomes_v WHERE metrics IS NOT NULL AND strpos(CAST(metrics AS VARCHAR), 'markers') > 0"
@@ -101,7 +103,7 @@ def test_markers(store: Store) -> dict[str, set[str]]:
     return found
 
 
-def cell_outcomes(store: Store, cell_id: str, runs: Sequence[str] = ()) -> list[dict[str, Any]]:
+def cell_outcomes(store: SqlResultsFile, cell_id: str, runs: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Every outcome of one cell with its traceback, output tail and metrics (decoded), and where it ran."""
     sql = (
         "SELECT o.*, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu FROM outcomes o "
@@ -114,26 +116,26 @@ def cell_outcomes(store: Store, cell_id: str, runs: Sequence[str] = ()) -> list[
     return _decode(store.fetch(sql + " ORDER BY o.scenario, o.started_at, o.run_id, o.repeat", params), ["metrics"])
 
 
-def outcome_count(store: Store, run_id: str) -> int:
+def outcome_count(store: SqlResultsFile, run_id: str) -> int:
     """Outcomes stored for one run (a live sweep's "done")."""
     return int(store.fetch("SELECT count(*) AS n FROM outcomes WHERE run_id = ?", [run_id])[0]["n"])
 
 
-def row_count(store: Store, table: str = "outcomes") -> int:
+def row_count(store: SqlResultsFile, table: str = "outcomes") -> int:
     """Rows in one of the tables outcomes, cells, runs."""
     if table not in ("outcomes", "cells", "runs"):
         raise ValueError(table)
     return int(store.fetch(f"SELECT count(*) AS n FROM {table}")[0]["n"])
 
 
-def duplicate_key_count(store: Store) -> int:
+def duplicate_key_count(store: SqlResultsFile) -> int:
     """Outcome keys stored more than once (0 in a healthy file: outcomes are append-only)."""
     sql = "SELECT count(*) AS n FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)"
     return int(store.fetch(sql)[0]["n"])
 
 
 # -- runs, cells, releases -------------------------------------------------------------------
-def runs(store: Store) -> dict[str, dict[str, Any]]:
+def runs(store: SqlResultsFile) -> dict[str, dict[str, Any]]:
     """run id -> its `runs` row, `settings` and `host` decoded: index settings, matrix path, GPU; oldest first."""
     found = {}
     for row in store.fetch("SELECT * FROM runs ORDER BY started_at, run_id"):
@@ -144,13 +146,13 @@ def runs(store: Store) -> dict[str, dict[str, Any]]:
     return found
 
 
-def cell_record(store: Store, run_id: str, cell_id: str) -> dict[str, Any] | None:
+def cell_record(store: SqlResultsFile, run_id: str, cell_id: str) -> dict[str, Any] | None:
     """One run's record of one cell (JSON columns decoded)."""
     rows = _decode(store.fetch("SELECT * FROM cells WHERE run_id = ? AND cell_id = ?", [run_id, cell_id]), _CELL_JSON)
     return rows[0] if rows else None
 
 
-def cell_records(store: Store, cell_id: str) -> list[dict[str, Any]]:
+def cell_records(store: SqlResultsFile, cell_id: str) -> list[dict[str, Any]]:
     """Every run's record of one cell (JSON decoded), with that run's host; newest first."""
     rows = store.fetch(
         "SELECT c.*, r.host, r.harness_version, r.matrix_path FROM cells c LEFT JOIN runs r USING (run_id) "
@@ -160,12 +162,12 @@ def cell_records(store: Store, cell_id: str) -> list[dict[str, Any]]:
     return _decode(rows, _CELL_JSON)
 
 
-def all_cell_records(store: Store) -> list[dict[str, Any]]:
+def all_cell_records(store: SqlResultsFile) -> list[dict[str, Any]]:
     """Every stored cell record (JSON decoded), newest first: a cell rebuilt in a later run comes first."""
     return _decode(store.fetch("SELECT * FROM cells ORDER BY built_at DESC, run_id DESC"), _CELL_JSON)
 
 
-def known_releases(store: Store) -> dict[str, list[str]]:
+def known_releases(store: SqlResultsFile) -> dict[str, list[str]]:
     """axis -> every release the index listed for it, in any run (or a list `harness attribute` fetched)."""
     if not store.has_table("releases"):
         return {}
@@ -176,7 +178,7 @@ def known_releases(store: Store) -> dict[str, list[str]]:
 
 
 # -- answers ---------------------------------------------------------------------------------
-def transitions(store: Store, scope: str | None = None, signature: str | None = None) -> list[dict[str, Any]]:
+def transitions(store: SqlResultsFile, scope: str | None = None, signature: str | None = None) -> list[dict[str, Any]]:
     """Stored answers (JSON columns decoded), of one scope and one signature if given, in attribution's order.
 
     A file opened read-only from before migration 0003 has no table yet: no transitions.
@@ -194,13 +196,13 @@ def transitions(store: Store, scope: str | None = None, signature: str | None = 
     return _decode(store.fetch(sql + " ORDER BY scope, scenario, seq", params), _TRANSITION_JSON)
 
 
-def transition_scopes(store: Store) -> list[str]:
+def transition_scopes(store: SqlResultsFile) -> list[str]:
     if not store.has_table("transitions"):
         return []
     return [r["scope"] for r in store.fetch("SELECT DISTINCT scope FROM transitions ORDER BY 1")]
 
 
-def transition_summary(store: Store, scope: str = "") -> list[dict[str, Any]]:
+def transition_summary(store: SqlResultsFile, scope: str = "") -> list[dict[str, Any]]:
     """Per signature, one row per distinct answer (kind, axis, both ends, what lies between, machine),
     with how many lines of the matrix gave it: the failures table's words."""
     if not store.has_table("transitions"):
@@ -215,17 +217,17 @@ def transition_summary(store: Store, scope: str = "") -> list[dict[str, Any]]:
     return _decode(rows, ("untested", "inconclusive"))
 
 
-def _columns(store: Store, table: str) -> set[str]:
+def _columns(store: SqlResultsFile, table: str) -> set[str]:
     return {r["column_name"] for r in store.fetch("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table])}
 
 
-def _column_or_null(store: Store, table: str, column: str) -> str:
+def _column_or_null(store: SqlResultsFile, table: str, column: str) -> str:
     """`column`, or `NULL AS column` in a file written before the migration that added it."""
     return column if column in _columns(store, table) else f"NULL AS {column}"
 
 
 # -- the dashboard's pages -------------------------------------------------------------------
-def overview(store: Store) -> dict[str, Any]:
+def overview(store: SqlResultsFile) -> dict[str, Any]:
     """What the file holds, for the 'which data is this' line: counts, time span, hosts."""
     row = store.fetch(
         "SELECT count(*) AS outcomes, count(DISTINCT run_id) AS runs, count(DISTINCT cell_id) AS cells, "
@@ -246,7 +248,7 @@ def overview(store: Store) -> dict[str, Any]:
     }
 
 
-def run_summaries(store: Store) -> list[dict[str, Any]]:
+def run_summaries(store: SqlResultsFile) -> list[dict[str, Any]]:
     """One row per run: where it ran, when (its outcomes' span), how much it holds; newest first."""
     return store.fetch(
         """
@@ -263,7 +265,7 @@ def run_summaries(store: Store) -> list[dict[str, Any]]:
     )
 
 
-def facets(store: Store) -> dict[str, list[str]]:
+def facets(store: SqlResultsFile) -> dict[str, list[str]]:
     """Every value a filter can take: scenario, platform, gpu, run_id, and each axis (unsorted versions)."""
     found: dict[str, list[str]] = {
         "scenario": [r["scenario"] for r in store.fetch("SELECT DISTINCT scenario FROM outcomes ORDER BY 1")],
@@ -282,7 +284,7 @@ def facets(store: Store) -> dict[str, list[str]]:
     return found
 
 
-def matrix_counts(store: Store, filters: Filters | None = None, *, by_gpu: bool = False) -> list[dict[str, Any]]:
+def matrix_counts(store: SqlResultsFile, filters: Filters | None = None, *, by_gpu: bool = False) -> list[dict[str, Any]]:
     """One row per (cell, scenario[, gpu]) over the filtered outcomes: `outcomes`, a count per
     status (columns named after the statuses) and the most frequent failure signature."""
     where, params = _where(filters)
@@ -296,7 +298,7 @@ def matrix_counts(store: Store, filters: Filters | None = None, *, by_gpu: bool 
     )
 
 
-def cell_summaries(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+def cell_summaries(store: SqlResultsFile, filters: Filters | None = None) -> list[dict[str, Any]]:
     """One row per cell among the filtered outcomes: its axis versions (the five columns and
     `versions`, JSON decoded), runs, GPUs, outcome count and last outcome time."""
     where, params = _where(filters)
@@ -325,7 +327,7 @@ def cell_summaries(store: Store, filters: Filters | None = None) -> list[dict[st
     return rows
 
 
-def failure_summaries(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+def failure_summaries(store: SqlResultsFile, filters: Filters | None = None) -> list[dict[str, Any]]:
     """One row per failure signature (failures only: not pass, not_applicable or inconclusive): the library it
     blames, how many outcomes, cells, scenarios and runs it hits, when first and last seen."""
     where, params = _where(filters)
@@ -343,7 +345,7 @@ def failure_summaries(store: Store, filters: Filters | None = None) -> list[dict
     )
 
 
-def bisection_probes(store: Store) -> list[dict[str, Any]]:
+def bisection_probes(store: SqlResultsFile) -> list[dict[str, Any]]:
     """Outcomes of `harness bisect` runs (run ids `bisect-<scenario>-<axis>`), without their long text."""
     rows = store.fetch(
         "SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, git_commits, "
@@ -353,7 +355,7 @@ def bisection_probes(store: Store) -> list[dict[str, Any]]:
     return _decode(rows, ("versions", "git_commits"))
 
 
-def pin_rows(store: Store, scenarios: Sequence[str], filters: Filters | None = None) -> list[dict[str, Any]]:
+def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters | None = None) -> list[dict[str, Any]]:
     """Outcome rows of `scenarios` shaped for `analysis.pin.choose`, slimmed for speed: `installed`
     and `inherited` hold only the cell's axes (`cell_records` has the full freeze), `message`
     only its first line; with the machine columns the pin compares within."""
@@ -428,7 +430,7 @@ def _test_where(
 
 
 def test_group_counts(
-    store: Store,
+    store: SqlResultsFile,
     filters: Filters | None = None,
     search: str = "",
     *,
@@ -464,7 +466,7 @@ def test_group_counts(
 
 
 def test_counts(
-    store: Store,
+    store: SqlResultsFile,
     filters: Filters | None = None,
     search: str = "",
     *,
@@ -492,7 +494,9 @@ def test_counts(
     return {"tests": int(total), "rows": rows}
 
 
-def test_failure_summaries(store: Store, filters: Filters | None = None, search: str = "", *, top: int = 3) -> list[dict[str, Any]]:
+def test_failure_summaries(
+    store: SqlResultsFile, filters: Filters | None = None, search: str = "", *, top: int = 3
+) -> list[dict[str, Any]]:
     """`failure_summaries` for a test suite: per signature, how many tests, groups and files it hits,
     and (as `scenarios`) its `top` groups with their test counts, never the whole list of node ids."""
     where, params = _test_where(filters, search)
@@ -520,7 +524,7 @@ def test_failure_summaries(store: Store, filters: Filters | None = None, search:
     )
 
 
-def test_signature_groups(store: Store, signature: str, filters: Filters | None = None, search: str = "") -> list[dict[str, Any]]:
+def test_signature_groups(store: SqlResultsFile, signature: str, filters: Filters | None = None, search: str = "") -> list[dict[str, Any]]:
     """Where one failure signature (or a bare status, as `test_failure_summaries` names it) lands: per
     group, how many tests and cells, and one test and cell to open."""
     where, params = _test_where(filters, search)
@@ -536,7 +540,7 @@ def test_signature_groups(store: Store, signature: str, filters: Filters | None 
 
 
 def test_signature_tests(
-    store: Store, signature: str, group: str, filters: Filters | None = None, search: str = "", limit: int = 500
+    store: SqlResultsFile, signature: str, group: str, filters: Filters | None = None, search: str = "", limit: int = 500
 ) -> list[dict[str, Any]]:
     """The node ids of one group that fail with one signature: cells and outcomes each, the first `limit`."""
     where, params = _test_where(filters, search, {"group": group})
@@ -551,7 +555,13 @@ def test_signature_tests(
 
 
 def test_outcomes(
-    store: Store, cell_id: str, search: str = "", *, within: Mapping[str, str] | None = None, failing_only: bool = False, limit: int = 500
+    store: SqlResultsFile,
+    cell_id: str,
+    search: str = "",
+    *,
+    within: Mapping[str, str] | None = None,
+    failing_only: bool = False,
+    limit: int = 500,
 ) -> dict[str, Any]:
     """One cell's outcomes of the matching node ids, without their long text (failures first, then by
     node id; the first `limit`), and `tests`: how many node ids matched in all."""
@@ -568,7 +578,7 @@ def test_outcomes(
     return {"tests": int(total), "rows": rows}
 
 
-def test_diff(store: Store, a: str, b: str, search: str = "", *, limit: int = 500) -> dict[str, Any]:
+def test_diff(store: SqlResultsFile, a: str, b: str, search: str = "", *, limit: int = 500) -> dict[str, Any]:
     """Node ids whose status (worst over repeats and runs) or signature differs between cells `a` and `b`:
     `tests` (compared: run in either), `differ` (how many differ), `groups` (per group: tests that
     differ) and `rows` (the first `limit` that differ: each side's status and signature)."""
@@ -597,6 +607,6 @@ def test_diff(store: Store, a: str, b: str, search: str = "", *, limit: int = 50
     return {"tests": int(tests["n"]), "differ": int(tests["differ"] or 0), "groups": groups, "rows": rows}
 
 
-def holds_tests(store: Store) -> bool:
+def holds_tests(store: SqlResultsFile) -> bool:
     """Whether the file holds pytest node ids (`harness sweep --tests`): a scenario's name never holds `::`."""
     return bool(store.fetch("SELECT EXISTS (SELECT 1 FROM outcomes WHERE contains(scenario, '::')) AS found")[0]["found"])

@@ -4,6 +4,9 @@ A GPU runner with no network gets only the wheels it needs; DuckDB's is 20 MB. A
 given `--db something.jsonl` writes one line per run, cell and outcome instead, each flushed
 and fsynced, and `harness merge` brings the file into a DuckDB store. A kill -9 can cut
 only the last line short; readers skip a line that does not parse.
+
+`ShardStore` is a `resultsfile.ResultsFile`, as `store.Store` is: the sweep, its refinement
+step and `harness summary` use either through that one seam.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from harness.analysis.rows import AXIS_ORDER
 from harness.errors import StoreError
 from harness.outcome import CellRecord, Outcome
+from harness.resultsfile import ResultsFile, open_results
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -33,7 +37,11 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class ShardStore:
-    """The subset of `Store` a sweep writes through, backed by a JSON-lines file."""
+    """A results file of JSON lines: what a sweep writes through, and the reads its callers make
+    (`resultsfile.ResultsFile`). No one watches it live, and nothing is left in a journal."""
+
+    #: A shard has no journal: every record is in the file when its call returns.
+    left_journal = ""
 
     def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
         self.path = Path(path)
@@ -66,6 +74,11 @@ class ShardStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def watchable(self) -> bool:
+        """No: a runner writing a shard has no dashboard (and no DuckDB to read one with)."""
+        return False
 
     def _append(self, record: dict[str, Any]) -> None:
         assert self._fh is not None, "read-only results file"
@@ -109,10 +122,13 @@ class ShardStore:
             self._append({"type": "releases", "run_id": run_id, "axis": axis, "versions": [v for v, _ in listed]})
         return sum(len(v) for v in releases.values())
 
+    def report(self, **status: Any) -> None:
+        """Nothing: no reader watches a shard while it is written (`watchable`)."""
+
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:
         return {(c, s, r) for run, c, s, r in self._done if run == run_id}
 
-    def outcomes(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def outcome_rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Rows shaped like `outcomes_v` (the columns the summary and the analysis read)."""
         rows, seen = [], set()
         for rec in read_records(self.path):
@@ -139,33 +155,25 @@ class ShardStore:
             )
         return sorted(rows, key=lambda r: (r["cell_id"], r["scenario"], r["repeat"]))
 
-
-def outcome_rows(store: Any, run_id: str | None = None) -> list[dict[str, Any]]:
-    """`queries.outcome_rows` of either kind of results file."""
-    if isinstance(store, ShardStore):
-        return store.outcomes(run_id)
-    from harness import queries
-
-    return queries.outcome_rows(store, run_id)
-
-
-def known_releases(store: Any) -> dict[str, list[str]]:
-    """`queries.known_releases` of either kind of results file."""
-    if isinstance(store, ShardStore):
+    def known_releases(self) -> dict[str, list[str]]:
+        """axis -> every release the runs' `releases` lines listed, sorted."""
         found: dict[str, set[str]] = {}
-        for rec in read_records(store.path):
+        for rec in read_records(self.path):
             if rec["type"] == "releases":
                 found.setdefault(str(rec["axis"]), set()).update(str(v) for v in rec.get("versions", []))
         return {axis: sorted(versions) for axis, versions in found.items()}
-    from harness import queries
-
-    return queries.known_releases(store)
 
 
-def open_store(path: Path, *, read_only: bool = False) -> Any:
-    """DuckDB for `.duckdb` (and any other name); a JSON-lines shard for `.jsonl`."""
-    if path.suffix == ".jsonl":
-        return ShardStore(path, read_only=read_only)
-    from harness.store import Store  # DuckDB is imported only where it is used
+# The methods as functions, for the callers that import them from here (cli, refinement).
+def outcome_rows(store: ResultsFile, run_id: str | None = None) -> list[dict[str, Any]]:
+    """`store.outcome_rows(run_id)`, of either kind of results file."""
+    return store.outcome_rows(run_id)
 
-    return Store(path, read_only=read_only)
+
+def known_releases(store: ResultsFile) -> dict[str, list[str]]:
+    """`store.known_releases()`, of either kind of results file."""
+    return store.known_releases()
+
+
+#: `resultsfile.open_results`: the one place that picks a kind of results file.
+open_store = open_results

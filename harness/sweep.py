@@ -49,6 +49,7 @@ from harness.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.outcome import CellRecord, Outcome
 from harness.preloads import learned_preload, remember
 from harness.redact import mask, secret_values
+from harness.resultsfile import ResultsFile
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
 from harness.schedule import Feed, Running, spares_for, worth_helping
@@ -104,16 +105,8 @@ class SweepPlan:
     matrix_text: str
 
 
-class ResultStore(Protocol):
-    """What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`)."""
-
-    def ensure_run(
-        self, run_id: str, matrix_path: str, matrix_text: str, settings: dict[str, Any], harness_version: str, host: dict[str, Any]
-    ) -> None: ...
-    def record_cell(self, rec: CellRecord) -> None: ...
-    def add_outcome(self, outcome: Outcome) -> bool: ...
-    def done_keys(self, run_id: str) -> set[tuple[str, str, int]]: ...
-    def record_releases(self, run_id: str, releases: dict[str, list[tuple[str, datetime | None]]]) -> int: ...
+#: What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`).
+ResultStore = ResultsFile
 
 
 class Reporter(Protocol):

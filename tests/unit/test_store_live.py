@@ -178,7 +178,7 @@ def test_a_killed_writers_journal_is_read_and_then_folded_once(db: Path) -> None
         s = Store(sys.argv[1])
         for i in range(5):
             s.add_outcome(Outcome("r-live", "c1", f"s{i}", 0, Status.PASS))
-        with open(s._journal.path, "ab") as fh:  # the kill cut the next line short
+        with open(s._writer.journal.path, "ab") as fh:  # the kill cut the next line short
             fh.write(b'{"type": "outcome", "run_id": "r-li')
         print("ready", flush=True)
         import time; time.sleep(120)
@@ -230,6 +230,12 @@ def test_a_process_holding_the_file_for_writing_is_named(db: Path) -> None:
         assert info.value.exit_code == EXIT_BAD_INPUT
         with pytest.raises(StoreLocked):
             Store(db, lock_wait=0.3)  # a writer must read the file first (resume): the same message
+        reader = Store(db, read_only=True)
+        reader.lock_wait = 0.2  # set after opening: the next read waits that long, not the default
+        started = time.monotonic()
+        with pytest.raises(StoreLocked, match=r"for 0\.2 s"):
+            reader.fetch("SELECT 1")
+        assert time.monotonic() - started < 10
 
 
 def test_a_file_from_a_newer_harness_is_refused_untouched(db: Path) -> None:
