@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from harness import queries
 from harness.analysis.bisect import BisectError, BisectResult, Probe, Verdict, bisect, repeat_verdict
 from harness.analysis.report import suite_of_run
 from harness.analysis.rows import requested
-from harness.analysis.versions import git_url_without_ref, release
+from harness.analysis.versions import between, git_url_without_ref, release
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
 from harness.errors import BadInput, RunFailed
 from harness.matrix import Candidate, Cell, MatrixSpec, load_matrix
@@ -73,18 +73,22 @@ class Step:
         return repr(str(self))
 
 
+def final_releases(index: PackageIndex, package: str) -> list[Version]:
+    """Every final, non-yanked release of `package` on the index, oldest first."""
+    return sorted(r.version for r in index.releases(package).values() if not r.yanked and not r.version.is_prerelease)
+
+
 def release_steps(index: PackageIndex, package: str, good: str, bad: str) -> list[Step]:
     """Every final, non-yanked release between the ends (inclusive), ordered from good to bad."""
     for flag, end in (("--good", good), ("--bad", bad)):
         if release(end) is None:
             raise BadInput(f"{flag} {end!r} is not a version; pass a release of {package} (or a git ref with --git)")
     low, high = sorted((Version(good), Version(bad)))
-    releases = sorted(r.version for r in index.releases(package).values() if not r.yanked and not r.version.is_prerelease)
-    between = [v for v in releases if low <= v <= high]
+    steps = between(final_releases(index, package), low, high, inclusive=True)
     for end in (good, bad):
-        if Version(end) not in between:
+        if Version(end) not in steps:
             raise BadInput(f"{package} {end} is not a release on the index; pick --good/--bad among the releases")
-    ordered = between if Version(good) < Version(bad) else list(reversed(between))
+    ordered = steps if Version(good) < Version(bad) else list(reversed(steps))
     return [Step(str(v)) for v in ordered]
 
 
@@ -196,7 +200,7 @@ def prepare_bisect(options: BisectOptions) -> BisectSetup:
         if options.db.is_file():
             with Store(options.db, read_only=True) as store:
                 rows = [r for r in queries.outcome_rows(store) if r["scenario"] == name]
-        _fill_end_from_rows(options, base, name, rows)
+        _fill_end_from_rows(options, base, name, rows, final_releases(index, options.axis))
     steps = (
         git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)
     )
@@ -286,6 +290,14 @@ def run_bisect(
     return BisectRun(result, setup.fix, setup.run_id, built)
 
 
+def bisect_file(options: BisectOptions, on_probe: Callable[[Probe[Step], int], None] | None = None) -> BisectRun:
+    """`harness bisect`: check the request and list the candidates (`prepare_bisect`: every mistake
+    is found before the results file is opened), then probe them, storing into `options.db`."""
+    setup = prepare_bisect(options)
+    with Store(options.db) as store:
+        return run_bisect(setup, store, on_probe=on_probe)
+
+
 def stored_verdicts(rows: list[dict[str, object]], base: Cell, axis: str) -> dict[str, Verdict]:
     """Verdicts per release of `axis` from stored outcomes of cells equal to `base` on every other axis."""
     others = {c.package: c.value for c in base.candidates if c.package != axis and c.kind == "version"}
@@ -298,8 +310,11 @@ def stored_verdicts(rows: list[dict[str, object]], base: Cell, axis: str) -> dic
     return {version: repeat_verdict(found) for version, found in statuses.items()}
 
 
-def _fill_end_from_rows(options: BisectOptions, base: Cell, scenario: str, rows: list[dict[str, object]]) -> None:
-    """One end given: the other is the nearest stored release with the opposite verdict."""
+def _fill_end_from_rows(
+    options: BisectOptions, base: Cell, scenario: str, rows: list[dict[str, object]], releases: Sequence[Version] = ()
+) -> None:
+    """One end given: the other is the nearest stored release with the opposite verdict: the one
+    with the fewest of `releases` (the index's) between it and the given end, in the one order."""
     verdicts = stored_verdicts(rows, base, options.axis)
     given = options.good or options.bad
     wanted = Verdict.BAD if options.good else Verdict.GOOD
@@ -309,16 +324,11 @@ def _fill_end_from_rows(options: BisectOptions, base: Cell, scenario: str, rows:
             f"no stored outcome of {scenario} with {options.axis} {'failing' if options.good else 'passing'} and the other axes as in "
             f"{base.id}; pass --{'bad' if options.good else 'good'} or run a sweep over {options.axis} first"
         )
-    nearest = min(candidates, key=lambda v: abs(_ordinal(v) - _ordinal(given)))
+    nearest = min(candidates, key=lambda v: len(between(releases, *sorted((Version(v), Version(given))))))
     if options.good:
         options.bad = nearest
     else:
         options.good = nearest
-
-
-def _ordinal(version: str) -> float:
-    parts = [*Version(version).release, 0, 0, 0][:3]
-    return parts[0] * 1e6 + parts[1] * 1e3 + parts[2]
 
 
 def _is_fix(options: BisectOptions, steps: list[Step]) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from harness.analysis.status import Status
 from harness.matrix import Cell, Settings
 
 MARKER = "harness-env.json"
@@ -285,8 +286,8 @@ def resolve_failure_status(message: str) -> str:
         "unsatisfiable",
     )
     if any(marker in message for marker in conflict) and "Failed to build" not in message:
-        return "unresolvable"
-    return "install_failed"
+        return Status.UNRESOLVABLE
+    return Status.INSTALL_FAILED
 
 
 def parse_freeze(text: str) -> dict[str, str]:
@@ -329,7 +330,7 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
         _create_venv(location, request.python)
     except Exception as exc:
         return EnvResult(
-            "install_failed",
+            Status.INSTALL_FAILED,
             location,
             message=f"cannot create the virtualenv with python {request.python!r}: {exc}",
             seconds=time.monotonic() - started,
@@ -344,7 +345,9 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             base = describe_base(base_python_path(request.python))
             inherited, pins, preferences, error = base_inputs(request, base, Path(stubs))
             if error:
-                return EnvResult("install_failed", location, python, inherited=inherited, message=error, seconds=time.monotonic() - started)
+                return EnvResult(
+                    Status.INSTALL_FAILED, location, python, inherited=inherited, message=error, seconds=time.monotonic() - started
+                )
             link_base(location, base)
             stub_dir = Path(stubs)
         lock = location / "harness-requirements.txt"
@@ -358,7 +361,12 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
         synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *_index_args(request, extra_links)])
         if synced.returncode != 0:
             return EnvResult(
-                "install_failed", location, python, inherited=inherited, message=_clean(synced.stderr), seconds=time.monotonic() - started
+                Status.INSTALL_FAILED,
+                location,
+                python,
+                inherited=inherited,
+                message=_clean(synced.stderr),
+                seconds=time.monotonic() - started,
             )
     frozen = _run([uv, "pip", "freeze", "--python", python])
     freeze = parse_freeze(frozen.stdout)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import __version__, hostinfo, outcome
+from harness.analysis import versions
 from harness.analysis.status import Status
 from harness.candidates import (
     IndexUnreachable,
@@ -371,9 +372,7 @@ class Sweep:
         """
         axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
         exclude = self.settings.exclude_newer
-        moment = datetime.fromisoformat(exclude.replace("Z", "+00:00")) if exclude not in ("", "period") else None
-        if moment is not None and moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
+        moment = versions.moment(exclude) if exclude != "period" else None  # "period": each cell's own moment
         if self.settings.no_index:
             return shipped_releases(self.find_links, axes, moment)
         tags = install_tags(python_version_of(self.settings.python))

@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from harness.analysis.attribution import Transition
 from harness.analysis.pin import KnownGoodSet, Sources
 from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of
-from harness.analysis.status import FAILURES
+from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
 from harness.analysis.versions import requirement, version_key
 from harness.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
 
@@ -141,7 +141,7 @@ def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> st
     n = len(rows)
     count = f" {n}/{n}" if n > 1 else ""
     statuses = Counter(str(r["status"]) for r in rows)
-    if statuses["pass"] == n:
+    if statuses[Status.PASS] == n:
         return f"passes{count}"
     if signature is not None:
         hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
@@ -150,7 +150,7 @@ def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> st
         if hits:
             return f"flaky: fails {len(hits)}/{n}"
     failing = [r for r in rows if r["status"] in FAILURES]
-    if failing and statuses["pass"]:
+    if failing and statuses[Status.PASS]:
         return f"flaky: fails {len(failing)}/{n}"
     if failing:
         status, kind = str(failing[0]["status"]), str(failing[0].get("exception_type") or "")
@@ -668,7 +668,7 @@ def render_cell_report(
     moves = list(transitions)
     scenarios = sorted(cell.rows)
     failing = [s for s in scenarios if any(r["status"] in FAILURES for r in cell.rows[s])]
-    env_problem = [s for s in scenarios if all(r["status"] in ("unresolvable", "install_failed") for r in cell.rows[s])]
+    env_problem = [s for s in scenarios if all(r["status"] in ENV_PROBLEMS for r in cell.rows[s])]
     example = max(cell.all_rows(), key=lambda r: _when(r.get("started_at")))
     named = ", ".join(f"{a} {v}" for a, v in ((a, cell.versions[a]) for a in axis_sort(cell.versions)))
 
@@ -707,7 +707,7 @@ def render_cell_report(
     out += ["| scenario | outcome | signature |", "|---|---|---|"]
     for scenario in scenarios:
         srows = cell.rows[scenario]
-        sig = next((str(r.get("signature") or "") for r in srows if r["status"] != "pass" and r.get("signature")), "")
+        sig = next((str(r.get("signature") or "") for r in srows if r["status"] != Status.PASS and r.get("signature")), "")
         short = _short(sig)
         out.append(f"| `{scenario}` | {_cell_text(_word(srows))} | {_cell_text(code(short) if sig else '')} |")
     out.append("")

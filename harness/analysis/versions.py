@@ -15,8 +15,10 @@ use `order_key`; a pin's preference for released versions is its own stated rule
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,33 @@ def requirement(package: str, value: str) -> str:
     return f"{package}=={value}" if release(value) is not None else f"{package} @ {value}"
 
 
-def between(known: Iterable[Version], low: Version, high: Version | None) -> list[Version]:
-    """Releases strictly between `low` and `high` (every one newer than `low` when `high` is a source)."""
+def between(known: Iterable[Version], low: Version, high: Version | None, *, inclusive: bool = False) -> list[Version]:
+    """Releases strictly between `low` and `high` (every one newer than `low` when `high` is a
+    source); with `inclusive`, the ends too where `known` holds them.
+
+    >>> between([Version(v) for v in ("1.0", "1.1", "1.2", "1.3")], Version("1.0"), Version("1.2"), inclusive=True)
+    [<Version('1.0')>, <Version('1.1')>, <Version('1.2')>]
+    """
+    if inclusive:
+        return sorted(v for v in set(known) if low <= v and (high is None or v <= high))
     return sorted(v for v in set(known) if low < v and (high is None or v < high))
+
+
+# -- moments ---------------------------------------------------------------------------------
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.]+)?(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def moment(text: str) -> datetime | None:
+    """An `exclude_newer` moment (the matrix's, or `--exclude-newer`): releases uploaded after it
+    do not exist yet. `2026-11-20` or an RFC 3339 time -> an aware datetime (UTC when no zone is
+    given); "" -> None; anything else (`period` included: each cell's own moment) is a ValueError.
+
+    >>> moment("2026-11-20"), moment("2026-11-20T12:00:00+01:00").utcoffset().seconds
+    (datetime.datetime(2026, 11, 20, 0, 0, tzinfo=datetime.timezone.utc), 3600)
+    """
+    if not text:
+        return None
+    if not _DATE.match(text):
+        raise ValueError(f"{text!r} is not a date")
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
