@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from harness.analysis.pin import (
 )
 from harness.analysis.rows import group_of, installed, machine_class
 from harness.analysis.status import Status
+from harness.answering import answer
 from harness.candidates import expand_find_links
 from harness.envs import uv_binary
 from harness.errors import BadInput
@@ -53,7 +54,7 @@ def _quoted(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _QUOTED} more" if len(names) > _QUOTED else "")
 
 
-def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str], rows: Sequence[dict[str, Any]], db: str) -> list[str]:
+def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str], rows: Sequence[Mapping[str, Any]], db: str) -> list[str]:
     """The node ids whose stored markers `-m` selects (within the --test selection, when given)."""
     if not markers:
         raise BadInput(f"-m {expression!r}: {db!r} stores no markers; {MARKERS_NOT_STORED}")
@@ -74,10 +75,13 @@ def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str],
     return chosen
 
 
-def resolve_machine(rows: Sequence[dict[str, Any]], db: str, wanted: str, constraints: Constraints) -> str:
+def resolve_machine(
+    rows: Sequence[Mapping[str, Any]], db: str, wanted: str, constraints: Constraints, classes: Sequence[str] | None = None
+) -> str:
     """The machine class a pin chooses over: `--machine` as given, else the newest run's (among the
-    runs `--gpu` and `--platform` admit); "" pools every machine (`--machine any`, or rows with no host)."""
-    classes = machine_classes(rows)
+    runs `--gpu` and `--platform` admit); "" pools every machine (`--machine any`, or rows with no host).
+    classes: the rows' machine classes, when known (`Answer.machine_classes`)."""
+    classes = machine_classes(rows) if classes is None else classes
     if wanted.strip():
         found = find_machine(wanted, classes)
         if found is None:
@@ -88,7 +92,7 @@ def resolve_machine(rows: Sequence[dict[str, Any]], db: str, wanted: str, constr
 
 
 def chosen_scenarios(
-    rows: Sequence[dict[str, Any]], db: str, scenarios: Sequence[str], tests: Sequence[str], machine: str
+    rows: Sequence[Mapping[str, Any]], db: str, scenarios: Sequence[str], tests: Sequence[str], machine: str
 ) -> tuple[list[str], list[str]]:
     """(what must pass, the selected tests left out because they never ran on `machine`).
 
@@ -132,7 +136,7 @@ def chosen_scenarios(
     return list(dict.fromkeys([*scenarios, *kept])), left_out
 
 
-def check_request(rows: Sequence[dict[str, Any]], db: str, scenarios: Sequence[str], constraints: Constraints, rank: str) -> list[str]:
+def check_request(rows: Sequence[Mapping[str, Any]], db: str, scenarios: Sequence[str], constraints: Constraints, rank: str) -> list[str]:
     """Every mistake in a pin request's constraints and ranking, against what the file holds; returns the ranking to use."""
     if not rows:
         raise BadInput(f"no outcomes in {db!r}; run a sweep first")
@@ -275,13 +279,14 @@ def pin_file(
     """
     constraints = Constraints.parse(fixes, gpu, platform)
     with Store(db, read_only=True) as store:
-        rows = queries.outcome_rows(store)
+        found = answer(store)
         runs = queries.runs(store)
         markers = queries.test_markers(store) if marker else {}
+    rows = found.rows
     if marker:
         tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
     ranking = check_request(rows, str(db), scenarios, constraints, rank)
-    constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints))
+    constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes))
     wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)
     result = replace(choose(rows, wanted, constraints, ranking), selection=tuple(tests), left_out=tuple(left_out))
     if not result.found:

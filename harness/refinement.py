@@ -1,11 +1,12 @@
 """Refinement: turn the ranges a sweep found into exact releases by building the releases in between.
 
-The sweep's default last step (`refine_run`) and `harness refine --db` (`refine_file`). Each
-round attributes the stored outcomes with the index's releases, asks `analysis.refine` for the
-probe cells that narrow the open ranges on this machine, and runs them through the sweep's own
-scheduler (`Sweep.run_cells`, origin `refine`): every probe is an ordinary stored outcome, a
-cell already built or run is reused, and a rerun resumes. Stops when no range can be narrowed
-by a build, or at the matrix's `refine_limit` of probe cells (the answers left then say "not built").
+The sweep's default last step (`refine_run`) and `harness refine --db` (`refine_file`). The
+rounds are `analysis.refine.search` (pure); this module gives it its seams: the answers of the
+stored outcomes (`answering.answer`, as every face reads them), and a build that runs a round's
+probe cells through the sweep's own scheduler (`Sweep.run_cells`, origin `refine`): every probe
+is an ordinary stored outcome, a cell already built or run is reused, and a rerun resumes. It
+stops when no range can be narrowed by a build, or at the matrix's `refine_limit` of probe cells
+(the answers left then say "not built").
 """
 
 from __future__ import annotations
@@ -15,56 +16,29 @@ import json
 import subprocess
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import hostinfo
-from harness.analysis.attribution import Transition, attribute
+from harness.analysis.attribution import Transition
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
-from harness.analysis.refine import Buildable, Plan, Probe, Share, offline_probes, plan_round
+from harness.analysis.refine import Answers, Buildable, OnRound, Probe, RefineReport, Share, offline_probes, search
 from harness.analysis.report import is_test, suite_of_run
-from harness.analysis.rows import Machine, machine_of
+from harness.analysis.rows import Machine
 from harness.analysis.versions import git_url_without_ref, release
+from harness.answering import answer
 from harness.candidates import index_for, python_version_of, resolve_matrix
 from harness.errors import BadInput
 from harness.matrix import Candidate, Cell, load_matrix
 from harness.scenarios import Scenario, load_scenario, lookup_names, select
-from harness.shardfile import known_releases, outcome_rows
 
 if TYPE_CHECKING:
+    from harness.attributing import Attributed
     from harness.bisection import Step
     from harness.store import Store
 from harness.sweep import ResultStore, Sweep, SweepOptions, SweepPlan
 from harness.testsuite import Suite
-
-#: A round of probes, as it starts: (round number, the plan) -> the log line(s) of the caller.
-OnRound = Callable[[int, Plan], None]
-_MAX_ROUNDS = 100  # a safety net: every round builds at least one new (line, release), and lines are finite
-
-
-@dataclass
-class RefineReport:
-    """What refinement built, and why it stopped."""
-
-    rounds: int = 0
-    probes: list[Probe] = field(default_factory=list)
-    envs_built: int = 0  # probe cells whose env was built (not reused)
-    stopped: str = ""  # "" (nothing left to narrow), or why it stopped early
-
-    def line(self) -> str:
-        if not self.probes:
-            return "refinement: no range between tested releases to narrow" + (f" ({self.stopped})" if self.stopped else "")
-        lines = {(p.line.axis, p.line.held) for p in self.probes}
-        text = f"refinement: {len(self.probes)} probe cell(s) on {len(lines)} line(s) in {self.rounds} round(s)"
-        text += f", {self.envs_built} env(s) built"
-        return text + (f"; stopped: {self.stopped}" if self.stopped else "")
-
-
-def _machine_label(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The machine class of a run's outcomes (a sweep runs on one machine)."""
-    labels = {machine_of(r).label() for r in rows}
-    return sorted(labels)[0] if len(labels) == 1 else ""
 
 
 def _probe_cell(probe: Probe, cells: Mapping[str, Cell]) -> Cell:
@@ -72,57 +46,32 @@ def _probe_cell(probe: Probe, cells: Mapping[str, Cell]) -> Cell:
     return cells[probe.base_cell].with_candidate(Candidate(probe.line.axis, "version", probe.value))
 
 
-def _rounds(
+def refine_rounds(
     sweep: Sweep,
-    transitions_of: Callable[[], list[Transition]],
-    machines: Callable[[], list[str]],
+    answers: Answers,
     cells: dict[str, Cell],
     scenarios: Mapping[str, Scenario],
     share: Share,
     limit: int,
     on_round: OnRound | None,
 ) -> RefineReport:
-    report = RefineReport()
-    tried: set[tuple[str, str, tuple[tuple[str, str], ...], str]] = set()
-    repeats = sweep.settings.repeats
-    for number in range(1, _MAX_ROUNDS + 1):
-        transitions = transitions_of()
-        plans = [plan_round(transitions, machine, share, _buildable(sweep)) for machine in machines()]
-        plan = Plan([p for pl in plans for p in pl.probes], sum(pl.waiting for pl in plans), sum(pl.kept for pl in plans))
-        again = [p for p in plan.probes if (p.line.machine, p.line.axis, p.line.held, p.value) in tried]
-        if again:
-            # Its outcomes did not land on its line: they ran on another machine class (another
-            # torch build, say). Building it once more would change nothing.
-            report.stopped = (
-                f"a probe ({again[0].line.axis} {again[0].value}) did not narrow its range: its cell ran on another machine class"
-            )
-            break
-        if not plan.probes:
-            break
-        if limit and len(report.probes) + len(plan.probes) > limit:
-            plan.probes = plan.probes[: max(0, limit - len(report.probes))]
-            report.stopped = f"refine_limit of {limit} probe cell(s) reached"
-            if not plan.probes:
-                break
-        report.rounds = number
-        if on_round:
-            on_round(number, plan)
+    """Refinement's rounds (`analysis.refine.search`) over the ranges `answers` gives, each round's
+    probe cells built from `cells` and run through `sweep`, which stores their outcomes."""
+
+    def build(probes: Sequence[Probe]) -> int:
+        done = sweep.store.done_keys(sweep.plan.run_id)
         work = []
-        for probe in plan.probes:
-            tried.add((probe.line.machine, probe.line.axis, probe.line.held, probe.value))
+        for probe in probes:
             cell = _probe_cell(probe, cells)
             cells[cell.id] = cell
-            done = sweep.store.done_keys(sweep.plan.run_id)
-            todo = _probe_work(cell.id, probe.scenarios, scenarios, repeats, done)
+            todo = _probe_work(cell.id, probe.scenarios, scenarios, sweep.settings.repeats, done)
             if todo:
                 work.append((cell, todo))
         before = sweep.ledger.envs_built
         sweep.run_cells(work, origin="refine")
-        report.envs_built += sweep.ledger.envs_built - before
-        report.probes += plan.probes
-        if report.stopped:
-            break
-    return report
+        return sweep.ledger.envs_built - before
+
+    return search(answers, build, share=share, limit=limit, buildable=_buildable(sweep), on_round=on_round)
 
 
 def _probe_work(
@@ -161,16 +110,14 @@ def refine_run(sweep: Sweep, store: ResultStore, on_round: OnRound | None = None
     if not settings.refine:
         return RefineReport(stopped="refine = false in the matrix")
 
-    def transitions_of() -> list[Transition]:
-        return list(attribute(outcome_rows(store, run_id), known_versions=known_releases(store)).transitions)
-
-    def machines() -> list[str]:
-        label = _machine_label(outcome_rows(store, run_id))
-        return [label] if label else []
+    def answers() -> tuple[Sequence[Transition], list[str]]:
+        found = answer(store, run_id)
+        label = found.machine_label()  # a sweep runs on one machine
+        return found.transitions, [label] if label else []
 
     cells = {c.id: c for c in sweep.plan.cells}
     scenarios = {s.name: s for s in sweep.plan.scenarios}
-    return _rounds(sweep, transitions_of, machines, cells, scenarios, settings.refine_lines, settings.refine_limit, on_round)
+    return refine_rounds(sweep, answers, cells, scenarios, settings.refine_lines, settings.refine_limit, on_round)
 
 
 # -- over a results file ----------------------------------------------------------------------
@@ -226,51 +173,105 @@ def refine_file(
     prefix = here(spec.settings.python)
     run_id = "refine-" + hashlib.sha1(prefix.encode()).hexdigest()[:10]
     with Store(db) as store:
-        if not queries.outcome_rows(store):
+        found = answer(store)
+        if not found.rows:
             raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
-        names = {r["scenario"] for r in queries.outcome_rows(store)}
+        names = {r["scenario"] for r in found.rows}
         files = lookup_names()  # the project's scenarios/, then the built-in packs
         scenarios: dict[str, Scenario] = {n: load_scenario(files[n]) for n in names if n in files}
         scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
         suite = _recorded_suite(queries.runs(store), spec, matrix, db, env_root) if any(map(is_test, names)) else None
         if suite is not None:
             scenarios[suite.name] = suite  # its tests' node ids run as one narrowed suite (`_probe_work`)
-
-        def transitions_of() -> list[Transition]:
-            return list(attribute(queries.outcome_rows(store), known_versions=queries.known_releases(store)).transitions)
-
-        def machines() -> list[str]:
-            return sorted({t.machine for t in transitions_of() if t.machine.startswith(prefix)})
-
-        if not machines():
-            found = sorted({t.machine for t in transitions_of() if t.machine})
+        machines = found.machines_of(prefix)
+        if not machines:
             raise BadInput(
                 f"no answer in {str(db)!r} holds on this machine ({prefix}); refine on the machine it ran on: "
-                + (", ".join(found) or "no machine recorded")
+                + (", ".join(found.machines_of()) or "no machine recorded")
             )
         needed = sorted(
-            {t.scenario for t in transitions_of() if t.machine in machines() and not (suite and is_test(t.scenario))} - set(scenarios)
+            {t.scenario for t in found.transitions if t.machine in machines and not (suite and is_test(t.scenario))} - set(scenarios)
         )
         if needed:
             raise BadInput(
                 f"scenario(s) {', '.join(needed)} of {str(db)!r} are not in the harness's scenarios/; "
                 "pass each file with --scenario path/to/file.py"
             )
+
+        def answers() -> tuple[Sequence[Transition], list[str]]:
+            now = answer(store)
+            return now.transitions, now.machines_of(prefix)
+
         cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
         spec.settings.refine_limit = spec.settings.refine_limit if limit is None else limit
         plan = SweepPlan(
             SweepOptions(matrix, db, env_root=env_root), spec, resolved, index, list(scenarios.values()), [], run_id, matrix.read_text()
         )
         with Sweep(plan, store) as sweep:
-            report = _rounds(
-                sweep, transitions_of, machines, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
+            report = refine_rounds(
+                sweep, answers, cells, scenarios, share or spec.settings.refine_lines, spec.settings.refine_limit, on_round
             )
             commits = []
             if repos:
-                here_now = set(machines())
-                exact = [t for t in transitions_of() if t.machine in here_now]
+                transitions, here_now = answers()
+                exact = [t for t in transitions if t.machine in here_now]
                 commits = refine_commits(sweep, store, exact, repos, cells, scenarios, on_probe)
     return report, run_id, commits
+
+
+def git_repos(entries: Sequence[str]) -> dict[str, str]:
+    """`--git AXIS=PATH` entries -> {axis: the clone's absolute path}; anything else is bad input."""
+    repos = {}
+    for entry in entries:
+        axis, _, path = entry.partition("=")
+        if not axis or not path or (not Path(path, ".git").exists() and not Path(path, "HEAD").exists()):
+            raise BadInput(f"--git {entry!r} must be AXIS=PATH with PATH a git clone, e.g. --git accelerate=/src/accelerate")
+        repos[axis.strip()] = str(Path(path).resolve())
+    return repos
+
+
+@dataclass
+class Refined:
+    """What `harness refine` did: the rounds, the probes' run, the commit answers, and the file's
+    answers afterwards (attributed and stored, as `harness attribute` stores them)."""
+
+    report: RefineReport
+    run_id: str
+    commits: list[CommitAnswer]
+    answers: Attributed
+
+
+def refine_and_attribute(
+    db: Path,
+    matrix: Path,
+    *,
+    git: Sequence[str] = (),
+    limit: int | None = None,
+    share: Share | None = None,
+    scenario_files: Sequence[str] = (),
+    env_root: Path | None = None,
+    on_round: OnRound | None = None,
+    on_probe: Callable[[str], None] | None = None,
+) -> Refined:
+    """`harness refine`: check the request, refine the file (`refine_file`; `git`: AXIS=PATH clones
+    to walk exact answers down to the commit), then attribute it and store the answers."""
+    from harness.attributing import attribute_file  # DuckDB: only where a results file is read
+
+    if limit is not None and limit < 0:
+        raise BadInput(f"--limit {limit}: give 0 (no limit) or a positive number of probe cells")
+    repos = git_repos(git)
+    report, run_id, commits = refine_file(
+        db,
+        matrix,
+        scenario_files=scenario_files,
+        repos=repos,
+        on_probe=on_probe,
+        limit=limit,
+        share=share,
+        env_root=env_root,
+        on_round=on_round,
+    )
+    return Refined(report, run_id, commits, attribute_file(db))
 
 
 def _recorded_suite(runs: Mapping[str, Mapping[str, Any]], spec: Any, matrix: Path, db: Path, env_root: Path | None) -> Suite | None:
@@ -396,13 +397,14 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
         raise BadInput(f"--rounds {rounds}: give at least 1")
     source = tomllib.loads(matrix.read_text())
     with Store(db, read_only=True) as store:
-        rows = queries.outcome_rows(store)
-        transitions = list(attribute(rows, known_versions=queries.known_releases(store)).transitions)
+        found = answer(store)
+        transitions = list(found.transitions)
         cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
-    labels = sorted({t.machine for t in transitions if t.machine and machine.lower() in t.machine.lower()})
+    labels = [label for label in found.machines_of() if machine.lower() in label.lower()]
     if not labels:
-        found = sorted({t.machine for t in transitions if t.machine})
-        raise BadInput(f"no answer in {str(db)!r} holds on a machine matching {machine!r}; machines: {', '.join(found) or 'none'}")
+        raise BadInput(
+            f"no answer in {str(db)!r} holds on a machine matching {machine!r}; machines: {', '.join(found.machines_of()) or 'none'}"
+        )
     probes = [p for label in labels for p in offline_probes(transitions, label, rounds) if not axes or p.line.axis in axes]
     if not probes:
         raise BadInput(f"no range in {str(db)!r} on {', '.join(labels)} that a build could narrow: nothing to prepare")
@@ -421,3 +423,11 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     for cell in built[1:]:
         lines += ["", "[[include]]", *(f"{json.dumps(c.package)} = {json.dumps(_value_of(c))}" for c in cell.candidates)]
     return "\n".join(lines) + "\n", probes
+
+
+def write_probe_matrix(db: Path, matrix: Path, out: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> list[Probe]:
+    """`harness refine --plan OUT`: write `probe_matrix`'s matrix to `out`; returns its probes."""
+    text, probes = probe_matrix(db, matrix, rounds, machine, axes)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return probes

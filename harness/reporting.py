@@ -2,28 +2,29 @@
 
 The markdown is `analysis.report` (pure); this module matches the user's words to one stored
 signature or cell (bad input names the fix), picks the contrast (passing rows of the same
-scenarios; a cell's neighbours one version apart), and attributes them with the releases the
-file knows, so the report's answers are the same as `harness attribute`'s.
+scenarios; a cell's neighbours one version apart), and answers them through `answering.answer`
+(every version the file ran and every release the index listed known), so the report's answers
+are the same as `harness attribute`'s.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import queries
-from harness.analysis.attribution import attribute, seen_versions, to_rows, unlisted_axes
-from harness.analysis.pin import known_good_sets
 from harness.analysis.report import render_cell_report, render_signature_report
 from harness.analysis.rows import distance, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES
+from harness.answering import answer
 from harness.errors import BadInput
 from harness.scenarios import available, load_scenario
 from harness.store import Store
 
 
-def find_signature(failing: list[dict[str, Any]], wanted: str, db: str) -> str:
+def find_signature(failing: Sequence[Mapping[str, Any]], wanted: str, db: str) -> str:
     """The one stored signature the user means: its text, its family hash, or a part of it."""
     wanted = wanted.strip()
     found = {signature_of(r) for r in failing if wanted in (r["signature"], r["signature_family"])}
@@ -56,9 +57,9 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
         raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
     name = str(db)
     with Store(db, read_only=True) as store:
-        everything = queries.outcome_rows(store)
+        found = answer(store)
+        everything = found.rows
         runs = queries.runs(store)
-        known = queries.known_releases(store)
         if signature:
             failing = [r for r in everything if r["status"] in FAILURES]
             chosen = find_signature(failing, signature, name)
@@ -89,13 +90,10 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
             records = queries.cell_records(store, cell)
     # Every version any cell used is known (a gap on one line may be tested on another), and every release the index listed.
     # An axis whose releases the file never listed is "unlisted", as in `harness attribute --offline`.
-    seen = seen_versions({(r["run_id"], r["cell_id"]): r for r in everything}.values())
-    releases = {axis: [*seen.get(axis, []), *known.get(axis, [])] for axis in {*seen, *known}}
-    unlisted = unlisted_axes(rows, known)
-    transitions = to_rows(attribute(rows, known_versions=releases, unlisted=unlisted))
+    transitions = found.narrowed(rows).to_rows()
     files, docs = _scenario_texts(scenarios)
     # The known-good set of each machine class, so the report names the one for its own machine.
-    known_good = {k.machine: k for k in known_good_sets(everything)}
+    known_good = found.known_good_by_class()
     if signature:
         return render_signature_report(
             chosen, rows, transitions, runs=runs, scenario_files=files, scenario_docs=docs, db=name, known_good=known_good

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.analysis.answer import Answer
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.rows import axis_sort, group_of, installed, machine_of, signature_of
@@ -101,9 +102,16 @@ def failure_families(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, 
 
 
 def render(
-    rows: Sequence[Mapping[str, Any]], console: Console, title: str = "", attribution: Attribution | None = None, *, wide: bool = False
+    rows: Sequence[Mapping[str, Any]],
+    console: Console,
+    title: str = "",
+    attribution: Attribution | None = None,
+    *,
+    wide: bool = False,
+    known_good: Sequence[KnownGoodSet] | None = None,
 ) -> None:
-    """The summary of `rows` (a run's, probes of refinement included; the grid shows the matrix's cells)."""
+    """The summary of `rows` (a run's, probes of refinement included; the grid shows the matrix's cells),
+    with their answers: `attribution` and `known_good` as `answering.answer` computed them (see `render_answer`)."""
     grid_rows = [r for r in rows if r.get("origin", "matrix") != "refine"] or list(rows)
     probes = len({r["cell_id"] for r in rows if r.get("origin") == "refine"})
     machines = sorted({machine_of(r).label() for r in rows} - {""})
@@ -122,8 +130,13 @@ def render(
         return
     if attribution is not None:
         render_answers(rows, attribution, console)
-    render_known_good(rows, console)
+    render_known_good(rows, console, known_good)
     render_grid(grid_rows, console)
+
+
+def render_answer(found: Answer, console: Console, title: str = "", *, wide: bool = False) -> None:
+    """The summary of an answered read (`answering.answer`): its rows, transitions and known-good sets."""
+    render(found.rows, console, title, found.attribution, wide=wide, known_good=found.known_good)
 
 
 # -- answers -----------------------------------------------------------------------------------
@@ -212,9 +225,9 @@ def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) 
 
 
 # -- the known-good set -----------------------------------------------------------------------------
-def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
+def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console, known_good: Sequence[KnownGoodSet] | None = None) -> None:
     """Per machine class, the newest set on which every scenario that passes there passes; else what keeps one from existing."""
-    sets = [k for k in known_good_sets(rows) if k.passing or k.failing]
+    sets = [k for k in (known_good_sets(rows) if known_good is None else known_good) if k.passing or k.failing]
     if not sets:
         return
     console.print("\n[bold]Known-good set per machine[/]")
@@ -308,7 +321,7 @@ def _by_group(words: dict[str, dict[str, str]], ran: list[str]) -> tuple[dict[st
         folded[cell] = {}
         for group, names in members.items():
             seen = [status_of(statuses[n]) for n in names if n in statuses]
-            evidence = [x for x in seen if x not in ("not_applicable", "")]
+            evidence = [x for x in seen if x not in (Status.NOT_APPLICABLE, "")]
             if seen:
                 folded[cell][f"{group} ({len(names)})"] = min(evidence or seen, key=_severity)
     return folded, sorted(f"{group} ({len(names)})" for group, names in members.items())

@@ -2,7 +2,7 @@
 
 The decisions are `analysis.watch` (pure: the known-good set, what is new, which cells, the
 verdict and the report); this module does the I/O around them: the results file, the index's
-releases (the same listing the sweep stores with every run, `attributing.index_releases`),
+releases (the same listing the sweep stores with every run, `answering.index_releases`),
 and an ordinary sweep of the target cells into the same file (run `watch-<hash>`, origin
 `watch`), followed by refinement on the targets' lines only, so that a failing new release
 is narrowed to the exact release that introduced it (the sweep's own `refinement` rounds).
@@ -18,32 +18,29 @@ runs just the node ids whose answer it narrows; the report groups tests by file 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from harness import __version__, hostinfo, live, queries
+from harness.analysis import versions
 from harness.analysis import watch as analysis
-from harness.analysis.attribution import Transition, attribute
-from harness.analysis.pin import machine_classes
+from harness.analysis.attribution import Transition
 from harness.analysis.refine import Plan
 from harness.analysis.report import is_test, suite_of_run
 from harness.analysis.rows import machine_class, machine_of
-from harness.attributing import index_releases
+from harness.answering import answer, index_releases
 from harness.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
 from harness.errors import BadInput
 from harness.matrix import Candidate, Cell, MatrixSpec, load_matrix
 
-# `_rounds` is refinement's loop over rounds of probes, given which ranges to narrow: the watch
-# hands it the ranges on its targets' lines only (the sweep's step and `harness refine` hand it all).
-from harness.refinement import OnRound, RefineReport, _rounds, here, stored_cell
+# `refine_rounds` is refinement's rounds of probes, given which ranges to narrow: the watch hands
+# it the ranges on its targets' lines only (the sweep's step and `harness refine` hand it all).
+from harness.refinement import OnRound, RefineReport, here, refine_rounds, stored_cell
 from harness.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.store import Store
 from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
-
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.]+)?(Z|[+-]\d{2}:?\d{2})?$")
 
 
 @dataclass
@@ -67,16 +64,12 @@ class WatchOptions:
 
 
 def moment(text: str) -> datetime | None:
-    """ "2023-01-10" or an RFC 3339 time -> an aware datetime (UTC when no zone is given); "" -> None."""
-    if not text:
-        return None
-    if not _DATE.match(text):
-        raise BadInput(f"--exclude-newer {text!r} is not a date; write e.g. 2026-11-20 or 2026-11-20T12:00:00Z")
+    """ "2023-01-10" or an RFC 3339 time -> an aware datetime (UTC when no zone is given); "" -> None
+    (`versions.moment`, the one parser); anything else is bad input that names the fix."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return versions.moment(text)
     except ValueError:
         raise BadInput(f"--exclude-newer {text!r} is not a date; write e.g. 2026-11-20 or 2026-11-20T12:00:00Z") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _scenario_files(names: Sequence[str], matrix_scenarios: Sequence[str], given: Sequence[str]) -> dict[str, Scenario]:
@@ -121,9 +114,9 @@ def watch(
     notes = [f"not watched: {a} (not a list of releases in the matrix)" for a in resolved.axes if a not in watched]
 
     with Store(options.db) as store:
-        on_host = analysis.on_machine(queries.outcome_rows(store), prefix)
-        chosen_class = analysis.nearest_class(machine_classes(on_host), host_class)
-        everything = analysis.on_class(on_host, [chosen_class])
+        on_host = answer(store, where=lambda rows: analysis.on_machine(rows, prefix))
+        chosen_class = analysis.nearest_class(on_host.machine_classes, host_class)
+        everything = analysis.on_class(on_host.rows, [chosen_class])
         if not everything:
             raise BadInput(
                 f"no outcomes in {str(options.db)!r} ran on this machine ({prefix}; {host_class}); run `harness sweep` here first"
@@ -174,8 +167,8 @@ def watch(
             refined = _build(
                 options, spec, resolved, index, store, run_id, cells, records, every, probes, targets, machine, reporter, on_round
             )
-        after = analysis.on_class(analysis.on_machine(queries.outcome_rows(store), prefix), {chosen_class, host_class})
-        transitions = list(attribute(after, known_versions=queries.known_releases(store)).transitions)
+        found = answer(store, where=lambda rows: analysis.on_class(analysis.on_machine(rows, prefix), {chosen_class, host_class}))
+        after, transitions = found.rows, list(found.transitions)
     mine = [r for r in after if r.get("run_id") == run_id]
     results = analysis.verdict(good, targets, after, mine, transitions, machine)
     return analysis.WatchReport(
@@ -258,16 +251,13 @@ def _build(
             return "refinement: off" + (" (--no-refine)" if not options.refine else " (refine = false in the matrix)")
         lines = {(t.axis, t.held) for t in targets}
 
-        def transitions_of() -> list[Transition]:
-            rows = analysis.on_machine(queries.outcome_rows(store), machine)
-            found = attribute(rows, known_versions=queries.known_releases(store)).transitions
-            return [t for t in found if (t.axis, t.held) in lines]
+        def answers() -> tuple[list[Transition], list[str]]:
+            found = answer(store, where=lambda rows: analysis.on_machine(rows, machine))
+            return [t for t in found.transitions if (t.axis, t.held) in lines], [machine]
 
         limit = sweep.settings.refine_limit if options.refine_limit is None else options.refine_limit
         known = {**records, **{c.id: c for c in cells.values()}}
-        report: RefineReport = _rounds(
-            sweep, transitions_of, lambda: [machine], known, probes, sweep.settings.refine_lines, limit, on_round
-        )
+        report: RefineReport = refine_rounds(sweep, answers, known, probes, sweep.settings.refine_lines, limit, on_round)
     return report.line()
 
 

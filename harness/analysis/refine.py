@@ -1,10 +1,12 @@
 """Refinement: which cells to build next so that every range between two tested releases becomes exact. Pure.
 
 A range (`Transition` with releases `not_built` between its ends) is refined on its own line:
-the same machine, the same other axes, the axis set to a release in between. Each round this
-module names the probe cells; the driver (`harness.refinement`) builds and runs them as
-ordinary cells, stores their outcomes, attributes again, and asks for the next round, until no
-range is left that a build could narrow. The search never builds, runs or prints.
+the same machine, the same other axes, the axis set to a release in between. `search` runs the
+rounds: each round it asks its `answers` seam for the transitions the stored outcomes give now,
+names the probe cells (`plan_round`), and hands them to its `build` seam, which (in the driver,
+`harness.refinement`) builds and runs them as ordinary cells and stores their outcomes; then the
+next round, until no range is left that a build could narrow, or the limit of probe cells is
+reached. The search never builds, runs or prints (as `analysis.bisect`'s does not).
 
 How probes are chosen and shared:
 - **Bisection per range.** A range's next probe is the middle of its releases not built, so a
@@ -25,6 +27,9 @@ How probes are chosen and shared:
 ...                not_built=("1.14.0", "1.14.1", "1.15.0"), before_cell="a", after_cell="b")
 >>> [(p.value, p.scenarios) for p in next_probes([t], "cpu")]
 [('1.14.1', ('s',))]
+>>> found = search(lambda: ([t], ["cpu"]), lambda probes: 0)  # a build whose outcomes never land on the line
+>>> found.rounds, [p.value for p in found.probes], found.stopped
+(1, ['1.14.1'], 'a probe (accelerate 1.14.1) did not narrow its range: its cell ran on another machine class')
 """
 
 from __future__ import annotations
@@ -228,3 +233,77 @@ def offline_probes(transitions: Sequence[Transition], machine: str, rounds: int)
         Probe(line, value, tuple(sorted(scenarios)), base, f"within {rounds} round(s) of bisection")
         for (line, value), (scenarios, base) in sorted(found.items(), key=lambda item: (item[0][0], version_key(item[0][1])))
     ]
+
+
+# -- the search ----------------------------------------------------------------------------------
+#: A round of probes, as it starts: (round number, the plan) -> the caller's log line(s).
+OnRound = Callable[[int, Plan], None]
+#: The search's seams. `Answers`: the transitions the stored outcomes give now, and the machine
+#: classes to refine on. `Build`: build and run a round's probe cells and store their outcomes;
+#: returns how many environments it built (not reused).
+Answers = Callable[[], tuple[Sequence[Transition], Sequence[str]]]
+Build = Callable[[Sequence[Probe]], int]
+#: A safety net: every round builds at least one new (line, release), and lines are finite.
+MAX_ROUNDS = 100
+
+
+@dataclass
+class RefineReport:
+    """What refinement built, and why it stopped."""
+
+    rounds: int = 0
+    probes: list[Probe] = field(default_factory=list)
+    envs_built: int = 0  # probe cells whose env was built (not reused)
+    stopped: str = ""  # "" (nothing left to narrow), or why it stopped early
+
+    def line(self) -> str:
+        if not self.probes:
+            return "refinement: no range between tested releases to narrow" + (f" ({self.stopped})" if self.stopped else "")
+        lines = {(p.line.axis, p.line.held) for p in self.probes}
+        text = f"refinement: {len(self.probes)} probe cell(s) on {len(lines)} line(s) in {self.rounds} round(s)"
+        text += f", {self.envs_built} env(s) built"
+        return text + (f"; stopped: {self.stopped}" if self.stopped else "")
+
+
+def search(
+    answers: Answers,
+    build: Build,
+    *,
+    share: Share = "all",
+    limit: int = 0,
+    buildable: Buildable | None = None,
+    on_round: OnRound | None = None,
+) -> RefineReport:
+    """Round after round, the probes that narrow the open ranges on each machine `answers` names,
+    built through `build`, until none is left, a probe would be built twice, or `limit` probe
+    cells (0: no limit) are built."""
+    report = RefineReport()
+    tried: set[tuple[str, str, tuple[tuple[str, str], ...], str]] = set()
+    for number in range(1, MAX_ROUNDS + 1):
+        transitions, machines = answers()
+        plans = [plan_round(transitions, machine, share, buildable) for machine in machines]
+        plan = Plan([p for pl in plans for p in pl.probes], sum(pl.waiting for pl in plans), sum(pl.kept for pl in plans))
+        again = [p for p in plan.probes if (p.line.machine, p.line.axis, p.line.held, p.value) in tried]
+        if again:
+            # Its outcomes did not land on its line: they ran on another machine class (another
+            # torch build, say). Building it once more would change nothing.
+            report.stopped = (
+                f"a probe ({again[0].line.axis} {again[0].value}) did not narrow its range: its cell ran on another machine class"
+            )
+            break
+        if not plan.probes:
+            break
+        if limit and len(report.probes) + len(plan.probes) > limit:
+            plan.probes = plan.probes[: max(0, limit - len(report.probes))]
+            report.stopped = f"refine_limit of {limit} probe cell(s) reached"
+            if not plan.probes:
+                break
+        report.rounds = number
+        if on_round:
+            on_round(number, plan)
+        tried.update((p.line.machine, p.line.axis, p.line.held, p.value) for p in plan.probes)
+        report.envs_built += build(plan.probes)
+        report.probes += plan.probes
+        if report.stopped:
+            break
+    return report
