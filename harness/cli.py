@@ -8,22 +8,27 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from harness import __version__, live
-from harness.analysis.attribution import attribute, unlisted_axes
+from harness import __version__
 from harness.analysis.refine import Plan
 from harness.envs import EnvResult
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
 from harness.scenarios import select
-from harness.shardfile import known_releases, open_store, outcome_rows
-from harness.summary import WIDTH, render
+from harness.shardfile import open_store
+from harness.summary import WIDTH, render_answer
+
+if TYPE_CHECKING:
+    from harness.analysis.bisect import Probe
+    from harness.bisection import Step
+    from harness.sweep import SweepOptions, SweepPlan
+    from harness.wheelhouse import WheelhouseReport
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
@@ -140,8 +145,8 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
 
 
-def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
-    from harness.sweep import Sweep, SweepOptions, plan
+def _sweep_options(args: argparse.Namespace) -> SweepOptions:
+    from harness.sweep import SweepOptions
 
     options = SweepOptions(
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
@@ -155,55 +160,35 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
     options.test_requirements = args.test_requirement
     options.tests_of, options.tests_git = args.tests_of, args.tests_git
-    if args.jobs < 1:
-        raise BadInput(f"--jobs {args.jobs}: give at least 1")
-    sweep_plan = plan(options)  # validates everything; nothing is written before this returns
-    with open_store(args.db) as store:
-        progress = None if args.no_progress or args.json else ProgressReporter(console)
-        reporter = live.watched(store, progress)  # and the dashboard's progress line: done, running, left
-        if not args.json:
-            console.print(
-                f"run [bold]{sweep_plan.run_id}[/]: {len(sweep_plan.cells)} cell(s) × {len(sweep_plan.scenarios)} scenario(s) -> {args.db}"
-            )
-        with Sweep(sweep_plan, store, reporter) as sweep:  # its zygotes serve refinement's probes too
-            produced = sweep.run()
-            refined = _refine_after_sweep(args, sweep, store, console)
-        everything = outcome_rows(store, sweep_plan.run_id)
-        known = known_releases(store)
-    if getattr(store, "left_journal", ""):
-        # Another writer kept its turn until the end: the outcomes are safe in the journal, which
-        # every harness reader sees and the next harness command that writes to the file folds in.
-        print(f"harness: {store.left_journal} waits to be folded into {args.db}; readers see it already", file=sys.stderr)
+    return options
+
+
+def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    from harness.sweeping import run_sweep
+
+    def started(plan: SweepPlan) -> None:
+        console.print(f"run [bold]{plan.run_id}[/]: {len(plan.cells)} cell(s) × {len(plan.scenarios)} scenario(s) -> {args.db}")
+
+    progress = None if args.no_progress or args.json else ProgressReporter(console)
+    on_start, on_round = (None, None) if args.json else (started, _print_round(console))
+    options = _sweep_options(args)
+    done = run_sweep(
+        options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
+    )
+    if done.left_journal:  # another writer's turn: the outcomes wait in the journal, which readers see
+        print(f"harness: {done.left_journal} waits to be folded into {args.db}; readers see it already", file=sys.stderr)
     if args.json:
-        for outcome in produced:
+        for outcome in done.produced:
             print(json.dumps(outcome.serialize(), default=str))
         return EXIT_OK
-    rows = [r for r in everything if r["cell_id"] in {c.id for c in sweep_plan.cells}]
-    console.print(f"{len(produced)} outcome(s) computed, {max(0, len(rows) - len(produced))} already stored (resumed)")
-    if refined:
-        console.print(refined)
-    console.print(sweep.timing_line(), highlight=False, soft_wrap=True)  # one line, for grep
-    for chain in sweep.ledger.cuda_chains:  # why a module was not preloaded, found in this sweep
+    console.print(f"{len(done.produced)} outcome(s) computed, {done.resumed} already stored (resumed)")
+    if done.refinement:
+        console.print(done.refinement)
+    console.print(done.timing, highlight=False, soft_wrap=True)  # one line, for grep
+    for chain in done.cuda_chains:  # why a module was not preloaded, found in this sweep
         console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
-    # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
-    attribution = attribute(everything, known_versions=known, unlisted=unlisted_axes(everything, known))
-    render(everything, console, title=f"run {sweep_plan.run_id}", attribution=attribution, wide=args.wide)
+    render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
     return EXIT_OK
-
-
-def _refine_after_sweep(args: argparse.Namespace, sweep: Any, store: Any, console: Console) -> str:
-    """The sweep's last step: narrow its ranges to exact releases (docs/attribution.md), unless told not to."""
-    if args.no_refine or args.shard or args.cell:
-        # A shard or a chosen cell sees only part of the matrix's lines: refine after merging (`harness refine`).
-        return (
-            "refinement: off (" + ("--no-refine" if args.no_refine else "--shard: refine the merged file" if args.shard else "--cell") + ")"
-        )
-    from harness.refinement import refine_run  # only here: a runner's shard never needs it (nor DuckDB)
-
-    if args.refine_limit is not None:
-        sweep.settings.refine_limit = args.refine_limit
-    report = refine_run(sweep, store, None if args.json else _print_round(console))
-    return report.line()
 
 
 def _print_round(console: Console) -> Callable[[int, Plan], None]:
@@ -307,17 +292,16 @@ def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    from harness.answering import answer
+
     args.db = args.db_file or args.db
     with open_store(args.db, read_only=True) as store:
-        rows = outcome_rows(store, args.run_id or None)
-        known = known_releases(store)
+        found = answer(store, args.run_id or None)
     if args.json:
-        for row in rows:
+        for row in found.rows:
             print(json.dumps(row, default=str))
         return EXIT_OK
-    title = f"{args.db}" + (f" run {args.run_id}" if args.run_id else "")
-    attribution = attribute(rows, known_versions=known, unlisted=unlisted_axes(rows, known))
-    render(rows, console, title=title, attribution=attribution, wide=args.wide)
+    render_answer(found, console, title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""), wide=args.wide)
     return EXIT_OK
 
 
@@ -460,38 +444,22 @@ def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
-    from harness.candidates import index_for, resolve_matrix
-    from harness.envs import base_from_freeze
-    from harness.errors import BadInput
-    from harness.wheelhouse import build_wheelhouse
+    from harness.wheelhouse import wheelhouse_for
 
-    base = None
-    if args.base_freeze:
-        if not args.base_freeze.is_file():
-            raise BadInput(f"--base-freeze {str(args.base_freeze)!r} does not exist; save the runner's `python -m pip freeze` there")
-        base = base_from_freeze(args.base_freeze.read_text(), args.base_python)
-    spec = load_matrix(args.matrix, lenient=True)
-    # Resolve here against the index; the runner's own settings (no_index, its wheelhouse) apply there.
-    spec.settings.no_index = False
-    spec.settings.find_links = [f for f in spec.settings.find_links if Path(f).is_dir() and Path(f).resolve() != args.out.resolve()]
-    if args.refine_budget < 0:
-        raise BadInput(f"--refine-budget {args.refine_budget:g}: give a size in MiB, 0 or more")
-    index = index_for(spec.settings)
-    resolved = resolve_matrix(spec, index, base_freeze=base.freeze if base else None)
-    report = build_wheelhouse(
-        resolved,
+    report = wheelhouse_for(
+        args.matrix,
         args.out,
         python_version=args.python_version,
         platform=args.platform,
-        base=base,
-        keep_bnb=set(args.bnb_keep) if args.bnb_keep else None,
+        base_freeze=args.base_freeze,
+        base_python=args.base_python,
+        keep_bnb=args.bnb_keep,
         runner_tools=not args.no_tools,
         refine_budget_mib=args.refine_budget,
-        index=index,
     )
     for cell, status in report.cells.items():
         console.print(f"{cell}: {status}")
-    size = sum(p.stat().st_size for p in args.out.glob("*.whl")) / 2**20
+    size = report.size_mib()
     console.print(f"{len(report.downloaded)} wheel(s) in {args.out} ({size:.1f} MiB); slimmed: {', '.join(report.slimmed) or 'none'}")
     if args.refine_budget:
         _print_refinement(report, args, console)
@@ -510,50 +478,32 @@ def _parse_pins(pins: list[str]) -> dict[str, str]:
     return out
 
 
-def _print_refinement(report: Any, args: argparse.Namespace, console: Console) -> None:
+def _print_refinement(report: WheelhouseReport, args: argparse.Namespace, console: Console) -> None:
     """What the runner can refine by itself, which ranges may stay open, and how to continue them."""
-    held = set(report.refined)
+    held = len(set(report.refined))
     between = sum(len(s.between) for s in report.ranges)
     axes = len({s.axis for s in report.ranges})
     used = f"{report.refine_mib:.3g} of {args.refine_budget:g} MiB"
-    console.print(f"refinement: {len(held)} of {between} release(s) between listed ones held ({used}), release lists of {axes} axis(es)")
-    notes = [n for s in report.ranges if (n := s.open_note(held))]
+    console.print(f"refinement: {held} of {between} release(s) between listed ones held ({used}), release lists of {axes} axis(es)")
+    notes = report.open_notes()
     for note in notes:
         console.print(f"  may stay open: {note}", overflow="fold")
     if notes:
-        needed = float(f"{max(report.refine_mib * between / max(len(held), 1) * 1.2, args.refine_budget * 2):.2g}")
+        needed = report.budget_to_hold_all(args.refine_budget)
         console.print(f"  to hold them: the same command with --refine-budget {needed:g}; after the run, `harness refine --plan` goes on")
 
 
 def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
-    from harness.bisection import BisectOptions, describe, prepare_bisect, run_bisect
-    from harness.store import Store
+    from harness.bisection import BisectOptions, bisect_file, describe
 
-    options = BisectOptions(
-        args.scenario,
-        args.axis,
-        args.good,
-        args.bad,
-        args.matrix,
-        args.db,
-        args.cell,
-        _parse_pins(args.pin),
-        args.git,
-        args.repeat,
-        args.allowed_failures,
-        args.env_root,
-        args.test,
-        args.tests_root,
-        args.test_requirement,
-    )
+    options = BisectOptions(args.scenario, args.axis, args.good, args.bad, args.matrix, args.db, args.cell, _parse_pins(args.pin))
+    options.git, options.repeat, options.allowed_failures, options.env_root = args.git, args.repeat, args.allowed_failures, args.env_root
+    options.test, options.tests_root, options.test_requirements = args.test, args.tests_root, args.test_requirement
 
-    def show(probe: object, remaining: int) -> None:
-        p = probe  # a bisect.Probe
-        console.print(f"  probe {p.candidate}: {p.verdict.value}" + (f" ({p.detail})" if p.detail else "") + f"  [{remaining} left]")  # type: ignore[attr-defined]
+    def show(p: Probe[Step], remaining: int) -> None:
+        console.print(f"  probe {p.candidate}: {p.verdict.value}" + (f" ({p.detail})" if p.detail else "") + f"  [{remaining} left]")
 
-    setup = prepare_bisect(options)  # every mistake is found before the results file is opened
-    with Store(args.db) as store:
-        run = run_bisect(setup, store, on_probe=show)
+    run = bisect_file(options, on_probe=show)  # every mistake is found before the results file is opened
     console.print(f"[bold]{escape((args.test + ': ') if args.test else '')}{describe(run, args.axis)}[/]", highlight=False)
     console.print(f"{len(run.result.probes)} probe(s), {run.built} environment(s) built; outcomes stored under run {run.run_id}")
     return EXIT_OK
@@ -729,44 +679,31 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
-    from harness.attributing import attribute_file
-    from harness.refinement import refine_file
+    from harness.refinement import refine_and_attribute, write_probe_matrix
     from harness.summary import render_transitions
 
     db = Path(_existing_duckdb(args.db))
     if args.plan:
-        from harness.refinement import probe_matrix
-
-        text, probes = probe_matrix(db, args.matrix, args.rounds, args.machine, args.axis)
-        args.plan.parent.mkdir(parents=True, exist_ok=True)
-        args.plan.write_text(text)
+        probes = write_probe_matrix(db, args.matrix, args.plan, args.rounds, args.machine, args.axis)
         versions = sorted({f"{p.line.axis} {p.value}" for p in probes})
         console.print(f"wrote {args.plan}: {len(probes)} probe cell(s); releases to prepare: {', '.join(versions)}")
         return EXIT_OK
-    if args.limit is not None and args.limit < 0:
-        raise BadInput(f"--limit {args.limit}: give 0 (no limit) or a positive number of probe cells")
-    repos = {}
-    for entry in args.git:
-        axis, _, path = entry.partition("=")
-        if not axis or not path or (not Path(path, ".git").exists() and not Path(path, "HEAD").exists()):
-            raise BadInput(f"--git {entry!r} must be AXIS=PATH with PATH a git clone, e.g. --git accelerate=/src/accelerate")
-        repos[axis.strip()] = str(Path(path).resolve())
-    report, run_id, commits = refine_file(
+    done = refine_and_attribute(
         db,
         args.matrix,
-        scenario_files=args.scenario,
-        repos=repos,
-        on_probe=lambda line: console.print(line, highlight=False),
+        git=args.git,
         limit=args.limit,
         share=args.lines,
+        scenario_files=args.scenario,
         env_root=args.env_root,
         on_round=_print_round(console),
+        on_probe=lambda line: console.print(line, highlight=False),
     )
-    console.print(f"{report.line()}; probes stored under run {run_id}")
-    for answer in commits:
+    console.print(f"{done.report.line()}; probes stored under run {done.run_id}")
+    for answer in done.commits:
         console.print(answer.line(), highlight=False)
-    done = attribute_file(db)
-    render_transitions(done.result.transitions, console, done.result.flaky, done.result.machines)
+    result = done.answers.result
+    render_transitions(result.transitions, console, result.flaky, result.machines)
     return EXIT_OK
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,21 @@ class WheelhouseReport:
     left_out: list[tuple[str, str]] = field(default_factory=list)
     refine_mib: float = 0.0
     ranges: list[Span] = field(default_factory=list)
+    out: Path | None = None  # the folder of the wheels
+
+    def size_mib(self) -> float:
+        """What the wheels in the folder weigh."""
+        return sum(p.stat().st_size for p in self.out.glob("*.whl")) / 2**20 if self.out is not None else 0.0
+
+    def open_notes(self) -> list[str]:
+        """The ranges whose releases between the wheelhouse does not all hold: they may stay open on the runner."""
+        held = set(self.refined)
+        return [n for s in self.ranges if (n := s.open_note(held))]
+
+    def budget_to_hold_all(self, budget_mib: float) -> float:
+        """A --refine-budget that would hold every release between (a guess from what this one held), two digits."""
+        between = sum(len(s.between) for s in self.ranges)
+        return float(f"{max(self.refine_mib * between / max(len(set(self.refined)), 1) * 1.2, budget_mib * 2):.2g}")
 
 
 @dataclass(frozen=True)
@@ -206,6 +222,54 @@ def build_wheelhouse(
     manifest = {"python_version": python_version, "platform": platform, "locks": locks, "cells": report.cells}
     manifest["refinement"] = {"held": report.refined, "left_out": report.left_out, "mib": round(report.refine_mib, 1)}
     (out / "harness-wheelhouse.json").write_text(json.dumps(manifest, indent=1))
+    return report
+
+
+def wheelhouse_for(
+    matrix: Path,
+    out: Path,
+    *,
+    python_version: str,
+    platform: str,
+    base_freeze: Path | None = None,
+    base_python: str = "",
+    keep_bnb: Sequence[str] | None = None,
+    runner_tools: bool = True,
+    refine_budget_mib: float = 0.0,
+) -> WheelhouseReport:
+    """`harness wheelhouse`: resolve `matrix` here, against the index (the runner's own settings,
+    `no_index` and its wheelhouse, apply there), and download what its cells need into `out`.
+
+    base_freeze: the runner base interpreter's `pip freeze` (needed for inherit axes), found at
+    `base_python` there."""
+    from harness.candidates import index_for, resolve_matrix
+    from harness.envs import base_from_freeze
+    from harness.matrix import load_matrix
+
+    base = None
+    if base_freeze:
+        if not base_freeze.is_file():
+            raise BadInput(f"--base-freeze {str(base_freeze)!r} does not exist; save the runner's `python -m pip freeze` there")
+        base = base_from_freeze(base_freeze.read_text(), base_python)
+    spec = load_matrix(matrix, lenient=True)
+    spec.settings.no_index = False
+    spec.settings.find_links = [f for f in spec.settings.find_links if Path(f).is_dir() and Path(f).resolve() != out.resolve()]
+    if refine_budget_mib < 0:
+        raise BadInput(f"--refine-budget {refine_budget_mib:g}: give a size in MiB, 0 or more")
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index, base_freeze=base.freeze if base else None)
+    report = build_wheelhouse(
+        resolved,
+        out,
+        python_version=python_version,
+        platform=platform,
+        base=base,
+        keep_bnb=set(keep_bnb) if keep_bnb else None,
+        runner_tools=runner_tools,
+        refine_budget_mib=refine_budget_mib,
+        index=index,
+    )
+    report.out = out
     return report
 
 

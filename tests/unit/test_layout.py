@@ -59,11 +59,11 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
     # and nothing on that path (the CLI, the sweep, refinement's step) may import DuckDB.
     code = (
         "import sys\nsys.modules['duckdb'] = None  # importing it now raises ImportError\n"
-        "import harness.cli, harness.sweep, harness.refinement, harness.shardfile, harness.zygote\n"
-        "from harness.cli import _refine_after_sweep\n"
-        "import argparse\n"
-        "args = argparse.Namespace(no_refine=False, shard=(1, 3), cell=[], refine_limit=None, json=False)\n"
-        "print(_refine_after_sweep(args, None, None, None))\n"
+        "import harness.cli, harness.sweep, harness.sweeping, harness.refinement, harness.answering, harness.shardfile, harness.zygote\n"
+        "from pathlib import Path\n"
+        "from harness.sweep import SweepOptions\n"
+        "from harness.sweeping import refine_step\n"
+        "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
