@@ -88,7 +88,9 @@ class FailureAnswers:
         return sorted((t for t in self.transitions if t["signature"] == signature), key=lambda t: t["scenario"])
 
 
-def failure_answers(store: Any) -> FailureAnswers:
-    """For the dashboard (`common.query(answering.failure_answers)`): every answer of the file, fresh."""
-    found = answer(store)
-    return FailureAnswers(found.summary_rows(), found.to_rows())
+def failure_answers(store: Any, run_id: str | None = None) -> FailureAnswers:
+    """For the dashboard (`common.query(answering.failure_answers)`): every answer of the file (or
+    of one run's outcomes), fresh: `summary` in place of `queries.transition_summary`, `of(signature)`
+    in place of `queries.transitions`."""
+    found = answer(store, run_id)
+    return FailureAnswers(found.summary_rows(), found.to_rows(run_id or ""))

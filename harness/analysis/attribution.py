@@ -521,9 +521,16 @@ def _machine_differences(scenario: str, signature: str, family: str, cells: list
             values_on[(axis, point)].add(cell.machine)
     has = [c for c in cells if c.evidence(signature) == "has"]
     clean = [c for c in cells if c.evidence(signature) == "clean"]
+    # The clean cells by the axes they have and their points but one: a failing cell is compared
+    # only with those that differ from it in at most one axis (not with every clean cell: a
+    # 100,000-outcome file has hundreds of each per signature), in `clean`'s order as before.
+    near: dict[tuple[frozenset[str], str, tuple[tuple[str, Point], ...]], list[int]] = defaultdict(list)
+    for i, good in enumerate(clean):
+        for axis in good.points:
+            near[_all_but(good, axis)].append(i)
     found: dict[tuple[Machine, Machine, str, str, str], MachineDifference] = {}
     for bad in has:
-        for good in clean:
+        for good in (clean[i] for i in sorted({i for axis in bad.points for i in near.get(_all_but(bad, axis), ())})):
             if bad.machine == good.machine or set(bad.points) != set(good.points):
                 continue
             differ = [a for a in bad.points if bad.points[a] != good.points[a]]
@@ -553,6 +560,11 @@ def _machine_differences(scenario: str, signature: str, family: str, cells: list
                 tuple(sorted(bad.runs | good.runs)),
             )
     return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], k[2], k[3], k[4]))]
+
+
+def _all_but(cell: _Cell, axis: str) -> tuple[frozenset[str], str, tuple[tuple[str, Point], ...]]:
+    """A cell's axes, and its points on every axis but `axis`: equal for cells that differ in `axis` alone, or not at all."""
+    return frozenset(cell.points), axis, tuple(sorted((a, p) for a, p in cell.points.items() if a != axis))
 
 
 def seen_versions(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:

@@ -237,3 +237,42 @@ def test_one_end_from_the_stored_outcomes_is_the_nearest_in_releases_between() -
     options = BisectOptions("s", "accelerate", good="1.9.0")
     _fill_end_from_rows(options, base, "s", [stored("1.5.0", "error"), stored("2.0.0", "error"), stored("1.9.0", "pass")], releases)
     assert options.bad == "2.0.0"
+
+
+# -- machine differences: compared only where a release cannot explain them -----------------------
+GPU = {"platform": "linux-x86_64", "gpu": "NVIDIA H200", "gpu_count": 1, "python": "3.11"}
+
+
+def on(machine: dict[str, Any], torch: str, acc: str, signature: str, cell: str = "") -> dict[str, Any]:
+    where = "gpu" if machine is GPU else "cpu"
+    return {**row(acc, signature, cell_id=cell or f"{where}-t{torch}-a{acc}"), **machine, "versions": {"torch": torch, "accelerate": acc}}
+
+
+def differences(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    found = answer_rows(rows, {"accelerate": RELEASES}).machine_differences
+    return [(m.axis, m.fails_with, m.passes_with, m.fails_cell, m.passes_cell) for m in found]
+
+
+def test_a_failure_on_one_machine_only_with_the_same_versions_is_a_difference_of_machines() -> None:
+    rows = [on(GPU, "2.13.0", "1.10.0", SIG), on(CPU, "2.13.0", "1.10.0", "")]
+    assert differences(rows) == [("", "", "", "gpu-t2.13.0-a1.10.0", "cpu-t2.13.0-a1.10.0")]
+
+
+def test_one_axis_that_changed_with_the_machine_is_named_and_not_blamed() -> None:
+    # torch 2.11.0 ran only on the GPU machine, 2.13.0 only on the CPU one
+    rows = [on(GPU, "2.11.0", "1.10.0", SIG), on(CPU, "2.13.0", "1.10.0", "")]
+    assert differences(rows) == [("torch", "2.11.0", "2.13.0", "gpu-t2.11.0-a1.10.0", "cpu-t2.13.0-a1.10.0")]
+    # the CPU machine ran 2.11.0 too: a line on one machine speaks to it, no machine difference
+    assert differences([*rows, on(CPU, "2.11.0", "1.12.0", "")]) == []
+    # two axes differ: never a machine difference
+    assert differences([on(GPU, "2.11.0", "1.10.0", SIG), on(CPU, "2.13.0", "1.12.0", "")]) == []
+
+
+def test_the_first_pair_in_cell_order_speaks_for_each_difference() -> None:
+    rows = [
+        on(GPU, "2.13.0", "1.10.0", SIG, "g1"),
+        on(GPU, "2.13.0", "1.12.0", SIG, "g2"),
+        on(CPU, "2.13.0", "1.12.0", "", "c2"),
+        on(CPU, "2.13.0", "1.10.0", "", "c1"),
+    ]
+    assert differences(rows) == [("", "", "", "g1", "c1")]
