@@ -25,16 +25,18 @@ from harness.analysis.answer import Answer, Row, answer_rows
 from harness.analysis.attribution import release_axes
 from harness.candidates import IndexUnreachable, PackageIndex, install_tags, listed_releases, python_version_of
 from harness.matrix import Settings
-from harness.shardfile import known_releases, outcome_rows
+from harness.resultsfile import ResultsFile, SqlResultsFile
 
 __all__ = ["Answer", "FailureAnswers", "answer", "failure_answers", "index_releases", "refreshed"]
 
 
-def answer(results: Any, run_id: str | None = None, *, where: Callable[[list[dict[str, Any]]], Iterable[Row]] | None = None) -> Answer:
+def answer(
+    results: ResultsFile, run_id: str | None = None, *, where: Callable[[list[dict[str, Any]]], Iterable[Row]] | None = None
+) -> Answer:
     """The answers of an open results file (`store.Store` or `shardfile.ShardStore`): of one run's
     outcomes, or of every run's; `where` keeps a part of the rows (one machine's) before answering."""
-    rows = outcome_rows(results, run_id)
-    return answer_rows(where(rows) if where is not None else rows, known_releases(results))
+    rows = results.outcome_rows(run_id)
+    return answer_rows(where(rows) if where is not None else rows, results.known_releases())
 
 
 def index_releases(
@@ -64,7 +66,7 @@ def _index_of(runs: Mapping[str, Mapping[str, Any]]) -> tuple[PackageIndex, str]
     return index_for(settings), python or "3.11"
 
 
-def refreshed(store: Any, found: Answer) -> Answer:
+def refreshed(store: SqlResultsFile, found: Answer) -> Answer:
     """`found` with the releases the index lists now for every axis its rows ran several releases
     of, stored under run '' (a read-write DuckDB store) for every later reader."""
     from harness import queries  # DuckDB: only where a results file is read
@@ -73,7 +75,7 @@ def refreshed(store: Any, found: Answer) -> Answer:
     fetched, _ = index_releases(index, release_axes(found.rows), python)
     if fetched:
         store.record_releases("", fetched)
-    return found.relisted(known_releases(store))
+    return found.relisted(store.known_releases())
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class FailureAnswers:
         return sorted((t for t in self.transitions if t["signature"] == signature), key=lambda t: t["scenario"])
 
 
-def failure_answers(store: Any, run_id: str | None = None) -> FailureAnswers:
+def failure_answers(store: SqlResultsFile, run_id: str | None = None) -> FailureAnswers:
     """For the dashboard (`common.query(answering.failure_answers)`): every answer of the file (or
     of one run's outcomes), fresh: `summary` in place of `queries.transition_summary`, `of(signature)`
     in place of `queries.transitions`."""

@@ -20,8 +20,8 @@ from harness.envs import EnvResult
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
 from harness.matrix import Cell, load_matrix
 from harness.outcome import Outcome
+from harness.resultsfile import open_results
 from harness.scenarios import select
-from harness.shardfile import open_store
 from harness.summary import WIDTH, render_answer
 
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
     from harness.answering import answer
 
     args.db = args.db_file or args.db
-    with open_store(args.db, read_only=True) as store:
+    with open_results(args.db, read_only=True) as store:
         found = answer(store, args.run_id or None)
     if args.json:
         for row in found.rows:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from harness import live
 from harness.analysis.answer import Answer
@@ -20,7 +19,7 @@ from harness.analysis.refine import OnRound
 from harness.answering import answer
 from harness.errors import BadInput
 from harness.outcome import Outcome
-from harness.shardfile import open_store
+from harness.resultsfile import ResultsFile, open_results
 from harness.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan
 
 
@@ -44,7 +43,13 @@ class SweepDone:
 
 
 def refine_step(
-    options: SweepOptions, sweep: Any, store: Any, *, refine: bool = True, limit: int | None = None, on_round: OnRound | None = None
+    options: SweepOptions,
+    sweep: Sweep,
+    store: ResultsFile,
+    *,
+    refine: bool = True,
+    limit: int | None = None,
+    on_round: OnRound | None = None,
 ) -> str:
     """The sweep's last step: narrow its ranges to exact releases (docs/attribution.md), unless told not to.
     Returns refinement's line, or why it was off."""
@@ -73,7 +78,7 @@ def run_sweep(
     if options.jobs < 1:
         raise BadInput(f"--jobs {options.jobs}: give at least 1")
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
-    with open_store(options.db) as store:
+    with open_results(options.db) as store:
         reporter = live.watched(store, progress)  # and the dashboard's progress line: done, running, left
         if on_start is not None:
             on_start(sweep_plan)
@@ -85,4 +90,4 @@ def run_sweep(
     chains = list(sweep.ledger.cuda_chains)
     # Another writer kept its turn until the end: the outcomes are safe in the journal, which
     # every harness reader sees and the next harness command that writes to the file folds in.
-    return SweepDone(sweep_plan, produced, found, refined, sweep.timing_line(), chains, getattr(store, "left_journal", ""))
+    return SweepDone(sweep_plan, produced, found, refined, sweep.timing_line(), chains, store.left_journal)
