@@ -53,7 +53,7 @@ from harness.redact import mask, secret_values
 from harness.resultsfile import ResultsFile
 from harness.runner import CellRunner
 from harness.scenarios import Scenario, applicability, select
-from harness.schedule import Feed, Running, spares_for, worth_helping
+from harness.schedule import Feed, Help, Idle, Tail
 from harness.testsource import NoTests, check_source
 from harness.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
 from harness.wheelhouse import RELEASES_FILE
@@ -268,6 +268,13 @@ class Ledger:
     helpers_ahead: int = 0  # of those, started ahead, before the job was idle
     spares_unused: int = 0  # started ahead and never taken (their start still counts above)
 
+    def count_servers(self, runner: CellRunner) -> None:
+        """A runner's fork-server starts (a spare's too: it was paid for), and the CUDA chains they found."""
+        self.server_start_seconds += runner.server_start_seconds
+        self.server_starts += runner.server_starts
+        self.cuda_restarts += runner.cuda_restarts
+        self.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
+
     def mean_scenario_seconds(self) -> float:
         """Per scenario run so far (0 before the first): the guess for a cell none of whose finished."""
         return self.scenario_seconds / self.scenarios_run if self.scenarios_run else 0.0
@@ -296,25 +303,17 @@ class _Prepared:
     origin: str = "matrix"
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: the tail's key for the cell
 class _Shared:
     """A cell's scenarios nobody has started yet; its job takes them one at a time, and so do
-    jobs that help it at the end of the sweep (each with its own fork server for the cell)."""
+    jobs that help it at the end of the sweep (each with its own fork server for the cell).
+    Whether and when they do is `schedule.Tail`'s to decide; this is what carries it out."""
 
     ready: _Prepared
     left: deque[tuple[Scenario, int]]
     runnable: set[str]  # scenarios that can run here (the rest are not applicable: no cost)
-    start_seconds: float  # its first server's start: what a helper's second server costs
-    jobs: int = 1  # jobs taking from `left` now
-    ran: int = 0  # runnable scenarios finished
-    seconds: float = 0.0  # their seconds
     imports: dict[str, list[str]] = field(default_factory=dict)  # what they imported, for `remember`
     spare: Future[CellRunner] | None = None  # a second server started ahead, for the job that will help
-
-    def running(self) -> Running:
-        left = sum(s.name in self.runnable for s, _ in self.left)
-        start = 0.0 if self.spare is not None else self.start_seconds  # a helper would wait for no imports
-        return Running(-(-left // self.jobs), self.seconds / self.ran if self.ran else None, start)
 
 
 class Sweep:
@@ -338,7 +337,7 @@ class Sweep:
         self._lock = threading.RLock()
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
-        self._shared: list[_Shared] = []  # cells being run that an idle job may share
+        self._tail: Tail[_Shared] = Tail(1)  # the running cells idle jobs may share (`_run_jobs`' own)
         self._run_recorded = False
         zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
         self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
@@ -434,17 +433,15 @@ class Sweep:
         ahead = len(slots) if self.plan.options.lookahead else 0
         feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
-        share = len(slots) > 1 and self.plan.options.help_tail
-        busy = [len(slots)]  # jobs not idle: an idle job waits for them, a cell may become worth sharing
+        tail = self._tail = Tail[_Shared](len(slots), self.plan.options.help_tail)
 
         def worker(slot: list[str]) -> None:
             try:
                 while not self._stopping.is_set():
                     if (ready := feed.next()) is not None:
-                        # the last cell handed out: start the helpers' servers now, while all are busy
-                        spares = len(slots) - 1 if share and feed.exhausted() else 0
-                        outcomes = self._run_prepared(ready, slot, share, spares)
-                    elif share and (shared := self._idle_until_help(busy)) is not None:
+                        # the last cell handed out: the helpers' servers start now, while all are busy
+                        outcomes = self._run_prepared(ready, slot, tail.sharing, last=feed.exhausted())
+                    elif tail.sharing and (shared := self._idle_until_help()) is not None:
                         outcomes = self._help(*shared, slot)
                     else:
                         return
@@ -452,7 +449,7 @@ class Sweep:
                         produced.extend(outcomes)
             finally:
                 with self._lock:
-                    busy[0] -= 1
+                    tail.job_gone()
 
         pool = ThreadPoolExecutor(max_workers=len(slots)) if len(slots) > 1 else None
         try:
@@ -469,9 +466,8 @@ class Sweep:
             if pool is not None:
                 pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
             with self._lock:  # after a stop: cells left unfinished, their spares unused
-                for shared in self._shared:
+                for shared in tail.end():
                     self._discard_spare(shared)
-                self._shared = []
         return produced
 
     def stop(self) -> None:
@@ -536,27 +532,23 @@ class Sweep:
         self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)
         return runner
 
-    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, spares: int = 0) -> list[Outcome]:
+    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, *, last: bool = False) -> list[Outcome]:
+        """Run a prepared cell; `share`: idle jobs may share it (`last`: no cell is left to hand out)."""
         cell, env, runner = ready.cell, ready.env, ready.runner
         run_id = self.plan.run_id
         if runner is None:
             failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
             return [self._emit(o, cell) for o in failed]
         runnable = {sc.name for sc in self._runnable(env, ready.todo)}
-        shared = _Shared(ready, deque(ready.todo), runnable, runner.server_start_seconds)
+        shared = _Shared(ready, deque(ready.todo), runnable)
         if share:
             with self._lock:
-                self._shared.append(shared)
-                if spares:
-                    self._start_spares(spares)
+                mean = self.ledger.mean_scenario_seconds()
+                counted = sum(s.name in runnable for s, _ in ready.todo)
+                for sh in self._tail.started(shared, len(ready.todo), counted, runner.server_start_seconds, last=last, mean=mean):
+                    # second fork servers, started in the background, for the cells idle jobs will share
+                    sh.spare = _in_background(partial(self._start_runner, sh.ready.env, self._runnable(sh.ready.env, list(sh.left))))
         return self._drain(shared, runner, gpus)
-
-    def _start_spares(self, n: int) -> None:
-        """Second fork servers, started in the background, for the running cells idle jobs will share."""
-        live = [sh for sh in self._shared if sh.left and sh.spare is None]
-        for i in spares_for([sh.running() for sh in live], self.ledger.mean_scenario_seconds(), n):
-            env = live[i].ready.env
-            live[i].spare = _in_background(partial(self._start_runner, env, self._runnable(env, list(live[i].left))))
 
     def _discard_spare(self, shared: _Shared) -> None:
         """A spare nobody took: closed once started, its start still counted (it was paid for)."""
@@ -569,47 +561,35 @@ class Sweep:
             return  # a failed start left nothing running; a helper taking it would have raised it
         runner = done.result()
         with self._lock:
-            self.ledger.server_start_seconds += runner.server_start_seconds
-            self.ledger.server_starts += runner.server_starts
-            self.ledger.cuda_restarts += runner.cuda_restarts
-            self.ledger.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
+            self.ledger.count_servers(runner)
             self.ledger.spares_unused += 1
         runner.close()
 
-    def _idle_until_help(self, busy: list[int]) -> tuple[_Shared, Future[CellRunner] | None] | None:
-        """No cell left to take: wait, while other jobs run, for a cell worth sharing.
+    def _idle_until_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
+        """No cell left to take: the running cell to share (`Tail.next_for_idle`), reserved for
+        this job, with its spare server if one was started ahead; None: go home.
 
         Waiting rather than leaving at once: the job that took the last cell may still be
         waiting for it to be prepared (it is not running yet), and a cell's mean scenario
         time, hence whether sharing it pays, is only known once some of them finished.
         """
         with self._lock:
-            busy[0] -= 1
+            self._tail.job_idle()
         try:
             while not self._stopping.is_set():
-                if (shared := self._to_help()) is not None:
-                    return shared
                 with self._lock:
-                    if busy[0] == 0:
-                        return None  # every other job is idle too: nothing runs, nothing to share
+                    decided = self._tail.next_for_idle(self.ledger.mean_scenario_seconds())
+                    if isinstance(decided, Help):
+                        helped = decided.cell
+                        spare, helped.spare = helped.spare, None
+                        return helped, spare
+                if decided is Idle.HOME:
+                    return None
                 time.sleep(0.2)
             return None
         finally:
             with self._lock:
-                busy[0] += 1
-
-    def _to_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
-        """The running cell an idle job should share, if any (`schedule.worth_helping`), reserved
-        for it, with the cell's spare server if one was started ahead (the job takes it)."""
-        with self._lock:
-            live = [sh for sh in self._shared if sh.left]
-            chosen = worth_helping([sh.running() for sh in live], self.ledger.mean_scenario_seconds())
-            if chosen is None:
-                return None
-            helped = live[chosen]
-            helped.jobs += 1
-            spare, helped.spare = helped.spare, None
-            return helped, spare
+                self._tail.job_back()
 
     def _help(self, shared: _Shared, spare: Future[CellRunner] | None, gpus: list[str] | None) -> list[Outcome]:
         """Run scenarios of a cell another job is running, on a second fork server of that cell
@@ -621,7 +601,7 @@ class Sweep:
                 runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
         except BaseException:
             with self._lock:
-                shared.jobs -= 1
+                self._tail.helper_failed(shared)
             raise
         with self._lock:
             self.ledger.helpers += 1
@@ -641,6 +621,7 @@ class Sweep:
                         if not shared.left:
                             break
                         scenario, repeat = shared.left.popleft()
+                        self._tail.took(shared, scenario.name in shared.runnable)
                     with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
                         with self._lock:
                             self.reporter.scenario_started(cell, scenario.name, repeat)
@@ -652,8 +633,7 @@ class Sweep:
                         break  # killed by the stop: not an outcome; the rerun runs it again
                     if scenario.name in shared.runnable:
                         with self._lock:
-                            shared.ran += 1
-                            shared.seconds += made.seconds
+                            self._tail.finished(shared, made.seconds)
                     outcomes.append(self._emit(made, cell))
             finally:
                 with self._lock:
@@ -665,17 +645,12 @@ class Sweep:
         """Its imports and CUDA culprits kept; the cell's learned preloads written by the last job on it."""
         env = shared.ready.env
         with self._lock:
-            self.ledger.server_start_seconds += runner.server_start_seconds
-            self.ledger.server_starts += runner.server_starts
-            self.ledger.cuda_restarts += runner.cuda_restarts
-            self.ledger.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
+            self.ledger.count_servers(runner)
             for module, seconds in runner.preload_seconds.items():
                 self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             shared.imports.update(runner.imports)
-            shared.jobs -= 1
-            last = shared.jobs == 0
+            last = self._tail.done(shared)
             if last:
-                self._shared = [sh for sh in self._shared if sh is not shared]  # by identity: it may not be listed
                 self._discard_spare(shared)
         self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)  # a server restarted mid-cell may have found more
         self.culprits.learn(runner.culprit_importers, env.freeze, runner.culprit_importers)

@@ -168,44 +168,19 @@ def test_cuda_culprits_are_remembered_across_cells_and_sweeps(tmp_path: Path, mo
     assert log.read_text().count("imported") == 1  # the next sweep on this env root knew already
 
 
-def test_a_job_with_nothing_left_waits_for_the_last_cell_still_being_prepared(
-    tmp_path: Path, env_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Cells 1 and 2 end together; cell 3 is still being prepared. The job that took it waits
-    # for it; the other must not go home (it saw no cell left, and none running yet): once
-    # cell 3 runs, it shares it. On the two-GPU runner this race left the tail to one GPU.
-    matrix = write_matrix(tmp_path / "m.toml", ["23.2", "24.0", "24.1"])
-    scenarios = []
-    for i in range(6):
-        path = tmp_path / f"slow_{i}.py"
-        path.write_text("import os, time\ntime.sleep(0.6)\nprint(os.getppid())\n")
-        scenarios.append(str(path))
-    options = SweepOptions(matrix=matrix, db=tmp_path / "out.jsonl", scenarios=scenarios, env_root=env_root)
-    options.jobs = 2
-    real_prepare = Sweep._prepare
-
-    def slow_last(self: Sweep, cell: Cell, todo: list, origin: str = "matrix") -> _Prepared:  # type: ignore[type-arg]
-        if cell.id.endswith("24.1"):
-            time.sleep(6)  # cells 1 and 2 (6 x 0.6 s each) are done by now
-        return real_prepare(self, cell, todo, origin)
-
-    monkeypatch.setattr(Sweep, "_prepare", slow_last)
-    with open_store(options.db) as store:
-        outcomes = Sweep(plan(options), store).run()
-    assert [o.status.value for o in outcomes] == ["pass"] * 18
-    servers: dict[str, set[str]] = {}
-    for o in outcomes:
-        servers.setdefault(o.cell_id, set()).add(o.output_tail.strip())
-    assert {cell[-4:]: len(pids) for cell, pids in servers.items()} == {"23.2": 1, "24.0": 1, "24.1": 2}
-
-
 def test_the_helper_takes_a_server_started_before_it_was_idle(tmp_path: Path, env_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every fork server takes 2 s to start. Cell 1's scenarios take 0.5 s, cells 2 and 3's
-    # 1 s. Job A ends cell 1 first and takes cell 3, the last: the feed is empty, so a second
-    # server for cell 3 starts then, in the background. When job B ends cell 2 about 3 s later
-    # it shares cell 3 at once, instead of idling 2 s while a server starts (by when cell 3's
-    # own job would have taken what was left).
+    # The real sweep does what `schedule.Tail`'s scripts say (tests/unit/test_schedule.py).
+    # Every fork server takes 2 s to start: it preloads a module that sleeps. Cell 1's
+    # scenarios take 0.5 s, cells 2 and 3's 1 s. Job A ends cell 1 first and takes cell 3, the
+    # last: the feed is empty, so a second server for cell 3 starts then, in the background.
+    # When job B ends cell 2 about 3 s later it shares cell 3 at once, instead of idling 2 s
+    # while a server starts (by when cell 3's own job would have taken what was left).
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_start.py").write_text("import time\ntime.sleep(2)\n")
+    monkeypatch.setenv("PYTHONPATH", str(modules))
     matrix = write_matrix(tmp_path / "m.toml", ["23.2", "24.0", "24.1"])
+    matrix.write_text(matrix.read_text().replace("preload = []", 'preload = ["slow_start"]'))
     scenarios = []
     for i in range(6):
         path = tmp_path / f"slow_{i}.py"
@@ -216,13 +191,7 @@ def test_the_helper_takes_a_server_started_before_it_was_idle(tmp_path: Path, en
         scenarios.append(str(path))
     options = SweepOptions(matrix=matrix, db=tmp_path / "out.jsonl", scenarios=scenarios, env_root=env_root)
     options.jobs = 2
-    real_start = Sweep._start_runner
-
-    def slow_start(self: Sweep, env: EnvResult, runnable: list) -> object:  # type: ignore[type-arg]
-        time.sleep(2)
-        return real_start(self, env, runnable)
-
-    monkeypatch.setattr(Sweep, "_start_runner", slow_start)
+    options.zygote = False  # learned preloads (zygotes' companions) would drop slow_start once learned
     with open_store(options.db) as store:
         sweep = Sweep(plan(options), store)
         outcomes = sweep.run()
