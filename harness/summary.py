@@ -13,6 +13,10 @@
 `--wide` prints the old grid (cells × scenarios, one word per outcome) and the signatures.
 Every word comes from `harness.analysis` (`status.fold`, `Transition.headline`), so the summary,
 `harness attribute`, reports and the dashboard say the same thing.
+
+Every line fits the console's width (rich takes it from COLUMNS, or the terminal): a longer one
+wraps at spaces, its continuation lines indented under its start (`hang`), and a grid wider than
+the console shortens its scenario names, then splits its cells into blocks (`_grid_blocks`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
@@ -68,6 +74,82 @@ SHORT = {"transformers": "tf", "accelerate": "acc", "bitsandbytes": "bnb"}
 WIDTH = 100
 #: More scenarios than this in a grid (a test suite's node ids): one row per test file or class.
 GRID_ROWS = 60
+#: A wrapped line's continuation lines start this much deeper than the line itself.
+HANG = 4
+#: The grid's scenario names: at most this wide, and no narrower than MIN_NAME before cells move to another block.
+NAME_WIDTH, MIN_NAME = 40, 16
+
+
+# -- fitting the width -------------------------------------------------------------------------
+def hang(text: Text, width: int, by: int = HANG) -> list[Text]:
+    """`text`'s lines, each within `width` cells: a longer one broken at its last space that fits
+    (mid-word where none does), its continuation lines indented `by` more than its own start
+    (at most half the width)."""
+    lines: list[Text] = []
+    for line in text.split("\n", allow_blank=True):
+        lines += _hang_line(line, width, by)
+    return lines
+
+
+def _hang_line(line: Text, width: int, by: int) -> list[Text]:
+    plain = line.plain
+    if cell_len(plain) <= width:
+        return [line]
+    lead = len(plain) - len(plain.lstrip(" "))
+    pad = min(lead + by, width // 2)
+    out: list[Text] = []
+    start, floor, room = 0, lead, width  # the first line keeps its own indent: no break inside it
+    while start < len(plain):
+        end, used = start, 0
+        while end < len(plain) and used + cell_len(plain[end]) <= room:
+            used += cell_len(plain[end])
+            end += 1
+        if end == len(plain) or plain[end] == " ":
+            cut = end
+        else:
+            space = plain.rfind(" ", floor, end)
+            cut = space if space > floor else max(end, start + 1)  # one word longer than the room: folded
+        piece = line[start:cut]
+        piece.rstrip()
+        if out:
+            piece.pad_left(pad)
+        out.append(piece)
+        start = cut
+        while start < len(plain) and plain[start] == " ":
+            start += 1
+        floor, room = start, width - pad
+    return out
+
+
+def _say(console: Console, markup: str) -> None:
+    """Print `markup` as `console.print` would, each line fitted to the console's width (`hang`)."""
+    lines = hang(console.render_str(markup), console.width)
+    console.print(Text("\n").join(lines), no_wrap=True, overflow="ignore")
+
+
+def _grid_blocks(name_width: int, mark_widths: Sequence[int], width: int) -> tuple[int, list[range]]:
+    """(the scenario column's width, the cell columns of each block) for a grid within `width`.
+
+    A column takes its width plus a space each side (none at the table's edges). Where the cells
+    do not fit beside the names, the names are shortened (to MIN_NAME at least); where even then
+    they do not, the cells go in blocks, one table each, under names up to half the width.
+    """
+    marks = sum(w + 2 for w in mark_widths)
+    if name_width + marks <= width:
+        return name_width, [range(len(mark_widths))]
+    if width - marks >= MIN_NAME:
+        return width - marks, [range(len(mark_widths))]
+    name_width = min(name_width, max(MIN_NAME, width // 2))
+    blocks: list[range] = []
+    first = 0
+    while first < len(mark_widths):
+        last, used = first, name_width
+        while last < len(mark_widths) and (last == first or used + mark_widths[last] + 2 <= width):
+            used += mark_widths[last] + 2
+            last += 1
+        blocks.append(range(first, last))
+        first = last
+    return name_width, blocks
 
 
 def _grouped(scenarios: Iterable[str]) -> str:
@@ -120,9 +202,9 @@ def render(
     head = f"{title}: " if title else ""
     where = f" on {'; '.join(machines)}" if machines else ""
     extra = f" (+{probes} refinement probe cell(s))" if probes else ""
-    console.print(f"[bold]{escape(head)}{cells} cell(s) × {scenarios} scenario(s){escape(where)}{extra}[/]")
+    _say(console, f"[bold]{escape(head)}{cells} cell(s) × {scenarios} scenario(s){escape(where)}{extra}[/]")
     totals = Counter(r["status"] for r in rows)
-    console.print("  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
+    _say(console, "  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
     if wide:
         render_wide(grid_rows, console)
         if attribution is not None:
@@ -170,41 +252,37 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
     by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
     for t in attribution.transitions:
         by_failure[(group_of(t.scenario), t.signature)].append(t)
-    console.print("\n[bold]Answers[/]")
+    _say(console, "\n[bold]Answers[/]")
     if not by_failure:
-        console.print("  no failure changes between two tested versions of an axis (other axes and machine held)")
+        _say(console, "  no failure changes between two tested versions of an axis (other axes and machine held)")
     for (_, signature), items in sorted(by_failure.items()):
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-        console.print(
-            f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}", overflow="fold"
-        )
+        _say(console, f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}")
         groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
         for t in items:
             groups[(t.headline(), t.machine)].append(t)
         for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
             colour = "green" if members[0].kind == "fixed" else "red"
-            console.print(f"    [{colour}]{escape(headline)}[/]", overflow="fold")
+            _say(console, f"    [{colour}]{escape(headline)}[/]")
             tests = len({m.scenario for m in members})
             lines = len({m.held for m in members})
             where = (f"on {machine}, " if machine else "") + f"{lines} line(s)" + (f", {tests} tests" if tests > 1 else "")
-            console.print(f"      {escape(where)}: {escape(_context([m.held for m in members]))}", overflow="fold")
+            _say(console, f"      {escape(where)}: {escape(_context([m.held for m in members]))}")
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
     for scenario, signature in _never_changes(rows, attribution):
         steady[(group_of(scenario), signature)].append(scenario)
     if steady:
-        console.print("  [bold]no tested version changes[/] (fails in every cell where it runs):")
+        _say(console, "  [bold]no tested version changes[/] (fails in every cell where it runs):")
         for (_, signature), failing in sorted(steady.items()):
             who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-            console.print(f"    {escape(_grouped(failing))}: {escape(_short_signature(signature))}{who}", overflow="fold")
+            _say(console, f"    {escape(_grouped(failing))}: {escape(_short_signature(signature))}{who}")
     for m in attribution.machines:
-        console.print(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}", overflow="fold")
+        _say(console, f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}")
     for f in attribution.flaky:
-        console.print(f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}", overflow="fold")
+        _say(console, f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}")
     inconclusive = sorted({r["scenario"] for r in rows if r["status"] == Status.INCONCLUSIVE})
     if inconclusive:
-        console.print(
-            f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}", overflow="fold"
-        )
+        _say(console, f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}")
 
 
 def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) -> list[tuple[str, str]]:
@@ -230,7 +308,7 @@ def render_known_good(rows: Sequence[Mapping[str, Any]], console: Console, known
     sets = [k for k in (known_good_sets(rows) if known_good is None else known_good) if k.passing or k.failing]
     if not sets:
         return
-    console.print("\n[bold]Known-good set per machine[/]")
+    _say(console, "\n[bold]Known-good set per machine[/]")
     for known in sets:
         _render_one_known_good(known, console)
 
@@ -241,22 +319,22 @@ def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
     result = known.result
     if not result.found:
         why = "no scenario passes in any cell" if not known.passing else "no cell passes the scenarios that pass somewhere"
-        console.print(f"  [bold]{escape(machine)}[/]: {why}{escape(idle)}", overflow="fold")
+        _say(console, f"  [bold]{escape(machine)}[/]: {why}{escape(idle)}")
         return
     versions = ", ".join(f"{a} {v}" for a, v in result.versions)
-    console.print(f"  [bold]{escape(machine)}[/]", overflow="fold")
-    console.print(f"    {escape(versions)}", overflow="fold")
-    console.print(
+    _say(console, f"  [bold]{escape(machine)}[/]")
+    _say(console, f"    {escape(versions)}")
+    _say(
+        console,
         f"    passes {len(known.kept)} of the {len(known.passing)} scenario(s) that pass somewhere on it{escape(idle)}, in cell",
-        overflow="fold",
     )
-    console.print(f"    {escape(result.cell_ids[0])}", overflow="fold")
+    _say(console, f"    {escape(result.cell_ids[0])}")
     if known.dropped:
         by_group: dict[str, list[str]] = defaultdict(list)
         for name in known.dropped:
             by_group[group_of(name)].append(name)
         named = ", ".join(_grouped(names) for _, names in sorted(by_group.items()))
-        console.print(f"    no tested set also passes: {escape(named)}", overflow="fold")
+        _say(console, f"    no tested set also passes: {escape(named)}")
 
 
 # -- the grid --------------------------------------------------------------------------------------
@@ -282,24 +360,27 @@ def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
     idle = [s for s in scenarios if s not in ran]
     if len(ran) > GRID_ROWS:  # a test suite: one row per file (or class), its worst status in each cell
         words, ran = _by_group(words, ran)
-    console.print(f"\n[bold]Grid[/] ({'all cells: ' + escape(shared) if shared else 'cells below'})", overflow="fold")
-    table = Table(show_header=True, box=None, pad_edge=False, padding=(0, 1))
-    table.add_column("scenario", overflow="ellipsis", max_width=40, no_wrap=True)
+    _say(console, f"\n[bold]Grid[/] ({'all cells: ' + escape(shared) if shared else 'cells below'})")
     columns = sorted(label, key=lambda c: (len(label[c]), label[c]))
-    for cell in columns:
-        table.add_column(label[cell], justify="center", no_wrap=True)
-    for scenario in ran:
-        marks = []
-        for cell in columns:
-            word = words[cell].get(scenario, "")
-            key = status_of(word)
-            marks.append(f"[{STYLE.get(key, 'white')}]{MARK.get(key, ' ')}[/]")
-        table.add_row(escape(scenario), *marks)
-    console.print(table)
+    names = min(NAME_WIDTH, max(cell_len(n) for n in ["scenario", *ran]))
+    name_width, blocks = _grid_blocks(names, [cell_len(label[c]) for c in columns], console.width)
+    for block in blocks:
+        table = Table(show_header=True, box=None, pad_edge=False, padding=(0, 1))
+        table.add_column("scenario", overflow="ellipsis", max_width=name_width, no_wrap=True)
+        for i in block:
+            table.add_column(label[columns[i]], justify="center", no_wrap=True)
+        for scenario in ran:
+            marks = []
+            for i in block:
+                word = words[columns[i]].get(scenario, "")
+                key = status_of(word)
+                marks.append(f"[{STYLE.get(key, 'white')}]{MARK.get(key, ' ')}[/]")
+            table.add_row(escape(scenario), *marks)
+        console.print(table)
     legend_marks = "  ".join(f"{m} {s}" for s, m in MARK.items())
-    console.print(f"[dim]{escape(legend_marks)}[/]", overflow="fold")
+    _say(console, f"[dim]{escape(legend_marks)}[/]")
     for name, text in legend.items():
-        console.print(f"  {name}  {escape(text)}", overflow="fold")
+        _say(console, f"  {name}  {escape(text)}")
     if idle:
         reasons = Counter(str(r.get("message") or "") for r in rows if r["scenario"] in idle and r["status"] == Status.NOT_APPLICABLE)
         why = reasons.most_common(1)[0][0] if reasons else ""
@@ -308,7 +389,7 @@ def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
         for name in idle:
             by_group[group_of(name)].append(name)
         named = ", ".join(_grouped(names) for _, names in sorted(by_group.items()))
-        console.print(f"not applicable on this machine{escape(why)}: {escape(named)}", overflow="fold")
+        _say(console, f"not applicable on this machine{escape(why)}: {escape(named)}")
 
 
 def _by_group(words: dict[str, dict[str, str]], ran: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
@@ -364,9 +445,9 @@ def render_transitions(
     for t in transitions:
         groups[(t.scenario, t.signature)].append(t)
     if groups:
-        console.print("[bold]transitions[/]")
+        _say(console, "[bold]transitions[/]")
     for (scenario, signature), items in groups.items():
-        console.print(f"[bold]{escape(scenario)}[/]: {escape(signature)}", overflow="fold")
+        _say(console, f"[bold]{escape(scenario)}[/]: {escape(signature)}")
         table = Table()
         table.add_column("answer", overflow="fold")
         table.add_column("with (held fixed)", overflow="fold")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import string
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
+from rich.text import Text
 
-from harness.summary import cell_statuses, failure_families, render
+from harness.summary import HANG, cell_statuses, failure_families, hang, render
 
 
 def rows_of(statuses: list[str], cell: str = "c1", scenario: str = "lora") -> list[dict[str, object]]:
@@ -157,3 +160,107 @@ def test_a_test_suite_is_summarised_by_family_and_file_never_a_line_per_test() -
     assert any(line.startswith("tests/test_io.py (60)") for line in grid)
     assert any(line.startswith("tests/test_lora.py::TestLora (60)") for line in grid)
     assert len(text.splitlines()) < 40
+
+
+# -- fitting the console's width ---------------------------------------------------------------------
+HANG_CASES = [
+    # (id, text, width, the lines)
+    ("fits-untouched", "  short line", 20, ["  short line"]),
+    # broken at the last space that fits; continuation lines HANG deeper than the line's start
+    ("hangs-under-its-start", "  one two three four", 12, ["  one two", "      three", "      four"]),
+    ("spaces-at-a-break-go", "ab  cd   ef", 10, ["ab  cd", "    ef"]),
+    # a word longer than the room is folded; the indent itself is never a break
+    ("a-long-word-is-folded", "x" * 25, 10, ["x" * 10, "    " + "x" * 6, "    " + "x" * 6, "    xxx"]),
+    ("no-break-inside-the-indent", "      abcdefghijkl", 10, ["      abcd", "     efghi", "     jkl"]),
+    # each line of the text hangs under its own start; at most half the width goes to the indent
+    ("lines-apart", "a b\n  c d e f", 5, ["a b", "  c d", "  e f"]),
+    # cells, not characters: a wide character takes two
+    ("wide-characters", "日本語 日本語", 8, ["日本語", "    日本", "    語"]),
+]
+
+
+@pytest.mark.parametrize(("text", "width", "lines"), [c[1:] for c in HANG_CASES], ids=[c[0] for c in HANG_CASES])
+def test_hang(text: str, width: int, lines: list[str]) -> None:
+    assert [line.plain for line in hang(Text(text), width)] == lines
+
+
+def test_hang_keeps_the_styles() -> None:
+    lines = hang(Text.from_markup("[bold]aaa bbb[/] ccc"), 8)
+    assert [(line.plain, [(s.start, s.end, s.style) for s in line.spans]) for line in lines] == [
+        ("aaa bbb", [(0, 7, "bold")]),
+        ("    ccc", []),
+    ]
+
+
+def _wide_matrix() -> list[dict[str, object]]:
+    """30 cells (6 accelerate x 5 bitsandbytes), long signatures and names: lines that must wrap."""
+    sig = "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ accelerate/utils/modeling.py:f"
+    steady = "ValueError: Target module Gemma4ClippableLinear(...) is not supported. Currently, only the following @ peft/x.py:f"
+    rows = []
+    for acc in ("1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0"):
+        for bnb in ("0.46.0", "0.47.0", "0.48.0", "0.49.2", "0.50.2"):
+            broken = acc < "1.14.0"
+            rows.append(
+                _cell_rows(acc, bnb, "gemma4_peft_split_4bit_load_double_quant", "error" if broken else "pass", sig if broken else "")
+            )
+            rows.append(_cell_rows(acc, bnb, "gemma4_lora_broad_targets", "error", steady))
+            rows.append(_cell_rows(acc, bnb, "lora", "pass"))
+            rows.append(_cell_rows(acc, bnb, "gpu_only", "not_applicable", message="needs 1 GPU(s); this runner has 0"))
+    return rows
+
+
+def _rendered(rows: list[dict[str, object]], width: int) -> list[str]:
+    from harness.analysis.attribution import attribute
+
+    buffer = io.StringIO()
+    known = {"accelerate": ["1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0"]}
+    render(
+        rows,
+        Console(file=buffer, width=width, color_system=None),
+        title="a title long enough to wrap at forty",
+        attribution=attribute(rows, known_versions=known),
+    )
+    return buffer.getvalue().splitlines()
+
+
+def _outside_the_grid(lines: list[str]) -> list[str]:
+    """The lines that are not the grid's tables: everything before "Grid" and from its legend on."""
+    grid = lines.index("Grid (all cells: torch 2.13.0)")
+    legend = next(i for i in range(grid, len(lines)) if lines[i].startswith(". pass"))
+    return lines[: grid + 1] + lines[legend:]
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 120])
+def test_every_line_fits_and_a_wrapped_line_hangs_under_its_start(width: int) -> None:
+    rows = _wide_matrix()
+    lines = _rendered(rows, width)
+    assert all(cell_len(line) <= width for line in lines), max(lines, key=cell_len)
+    # each line of an unwrapped render is its first line here, then lines that start HANG deeper
+    logical, wrapped = _outside_the_grid(_rendered(rows, 10_000)), _outside_the_grid(lines)
+    assert len(wrapped) > len(logical)  # some did wrap
+    at = 0
+    for line in logical:
+        lead = len(line) - len(line.lstrip(" "))
+        assert line.startswith(wrapped[at]), (line, wrapped[at])
+        got, at = "".join(wrapped[at].split()), at + 1
+        while got != "".join(line.split()):
+            pad = min(lead + HANG, width // 2)
+            assert wrapped[at].startswith(" " * pad) and wrapped[at][pad] != " ", (line, wrapped[at])
+            got, at = got + "".join(wrapped[at].split()), at + 1
+    assert at == len(wrapped)
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 200])
+def test_a_grid_wider_than_the_console_is_split_and_keeps_every_mark(width: int) -> None:
+    lines = _rendered(_wide_matrix(), width)
+    grid = lines[lines.index("Grid (all cells: torch 2.13.0)") + 1 : next(i for i, line in enumerate(lines) if line.startswith(". pass"))]
+    headers = [line.split()[1:] for line in grid if line.startswith("scenario ")]
+    assert [label for block in headers for label in block] == [*string.ascii_uppercase, *"abcd"]  # 30 cells, in order
+    # one table while the names can shrink to fit the 30 cells (90 columns) beside them, else blocks
+    assert (len(headers) == 1) is (width >= 120)
+    rows = [line.split() for line in grid if not line.startswith("scenario ")]
+    per_scenario: dict[str, list[str]] = {}
+    for name, *marks in rows:
+        per_scenario.setdefault(name, []).extend(marks)
+    assert len(per_scenario) == 3 and all(len(marks) == 30 for marks in per_scenario.values())
+    assert per_scenario["lora"] == ["."] * 30
