@@ -8,7 +8,7 @@ Two isolation modes share one child (`child.py`):
 - `process`: a fresh interpreter per scenario.
 Either way a segfault, `os._exit`, a hang, MemoryError or a 50 MB flood of output ends as one
 outcome, and a timeout kills the scenario's whole process group. Every process started here
-watches the harness's lifeline (`lifeline()`) and dies with the harness, however it ends.
+watches the harness's lifeline (`processes.lifeline`) and dies with the harness, however it ends.
 """
 
 from __future__ import annotations
@@ -19,51 +19,24 @@ import selectors
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from harness import bundled
 from harness.envs import uv_binary
 from harness.interpret import RawRun
+from harness.processes import CHILD, child_env, kill_group, lifeline
+from harness.zygote import TORCH_TOPS
 
 if TYPE_CHECKING:
     from harness.zygote import Zygote, ZygotePool
 
-CHILD = Path(__file__).with_name("child.py")
 KIT_DIR = bundled.kit_dir()  # `_kit` and the other helpers: importable from every scenario, wherever it lives
 OUTPUT_TAIL_BYTES = 16 * 1024
 SERVER_START_TIMEOUT = 600.0
-KILL_GRACE_SECONDS = 3.0
 SUITE_WAIT_SECONDS = 7 * 24 * 3600.0  # a pytest worker runs until its tests end or the controller kills it
-LIFELINE_ENV = "HARNESS_LIFELINE_FD"  # child.py's name for it
-#: The top-level modules of the torch distribution: what a zygote may preload.
-TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
-
-_lifeline_lock = threading.Lock()
-_lifeline_fds: tuple[int, int] | None = None
-
-
-def lifeline() -> int:
-    """The read end of a pipe whose write end this process holds until it dies.
-
-    Every server, zygote and scenario process gets the read end and reads EOF the moment the
-    harness is gone, whether it exits, crashes or is killed with -9; it then kills what it runs
-    and exits. Both ends are non-inheritable, and the read end is passed explicitly
-    (`pass_fds`): no child ever holds the write end, which would keep the pipe open.
-    """
-    global _lifeline_fds
-    with _lifeline_lock:
-        if _lifeline_fds is None:
-            _lifeline_fds = os.pipe()
-        return _lifeline_fds[0]
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` plus the lifeline's descriptor, for a process started with pass_fds=(lifeline(),)."""
-    return {**env, LIFELINE_ENV: str(lifeline())}
 
 
 class Server(Protocol):
@@ -96,35 +69,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _group_exists(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
-    """TERM the process group, give it a grace period, then KILL whatever is left.
-
-    `alive` tells whether the leader still runs: our own unreaped child would otherwise look
-    alive to `killpg(pid, 0)` as a zombie. The final KILL goes to the group regardless, so
-    grandchildren that outlive the leader do not linger.
-    """
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    still_running = alive or (lambda: _group_exists(pid))
-    deadline = time.monotonic() + KILL_GRACE_SECONDS
-    while time.monotonic() < deadline and still_running():
-        time.sleep(0.05)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 PIP_SHIM = """#!/bin/sh

@@ -33,14 +33,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from harness.child import record_digest
-from harness.runner import CHILD, TORCH_TOPS, child_env, kill_group, lifeline
+from harness.processes import CHILD, child_env, kill_group, lifeline
 
-if TYPE_CHECKING:
-    from harness.runner import CellRunner
-
+#: The top-level modules of the torch distribution: what a zygote may preload.
+TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
 ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # child.py's name for it
 START_TIMEOUT = 600.0
 #: Zygotes per key: cells with the same torch but other dependencies of it (numpy, sympy) are
@@ -48,6 +47,18 @@ START_TIMEOUT = 600.0
 MAX_PER_KEY = 3
 #: Environment variables that differ per cell by design (activation) and do not enter the key.
 PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV")
+
+
+class Client(Protocol):
+    """What the pool needs of a runner that asks it for a fork server (`runner.CellRunner`):
+    the cell's interpreter and environment, its folder, its preload (which the pool may narrow)
+    and the modules it must not preload."""
+
+    python: str
+    env: dict[str, str]
+    tmp: Path
+    entries: list[dict[str, Any]]
+    avoid: set[str]
 
 
 class ForkedServer:
@@ -175,7 +186,7 @@ class ZygotePool:
         self._closed = False
 
     # -- for CellRunner -------------------------------------------------------------------
-    def fork(self, runner: CellRunner, argv: list[str]) -> tuple[ForkedServer, Zygote, float] | None:
+    def fork(self, runner: Client, argv: list[str]) -> tuple[ForkedServer, Zygote, float] | None:
         """A fork server for the runner's cell, forked from a zygote, and the seconds this call
         spent starting that zygote (the sweep counts them apart); None: start a plain server."""
         entries = [e for e in runner.entries if _is_torch_entry(e)]
@@ -215,7 +226,7 @@ class ZygotePool:
             self.stats.forks += 1
         return server, zygote, zygote_seconds
 
-    def refused(self, zygote: Zygote, runner: CellRunner, reason: str) -> None:
+    def refused(self, zygote: Zygote, runner: Client, reason: str) -> None:
         """A zygote's fork found the cell's files differ: route that cell elsewhere (the next
         `fork` tries another zygote, starts one from this cell, or gives up on zygotes for it)."""
         with self._lock:
@@ -240,7 +251,7 @@ class ZygotePool:
         with self._lock:
             self.stats.fallbacks[why] += 1
 
-    def _zygote_for(self, key: str, runner: CellRunner, entries: list[dict[str, Any]]) -> Zygote | None:
+    def _zygote_for(self, key: str, runner: Client, entries: list[dict[str, Any]]) -> Zygote | None:
         with self._lock:
             starting = self._starting.setdefault(key, threading.Lock())
         with starting:  # two look-ahead threads asking for one torch build start it once
@@ -270,7 +281,7 @@ class ZygotePool:
                 self._zygotes[key].append(started)
                 return started
 
-    def _start(self, runner: CellRunner, entries: list[dict[str, Any]]) -> tuple[Zygote | None, str]:
+    def _start(self, runner: Client, entries: list[dict[str, Any]]) -> tuple[Zygote | None, str]:
         """Start a zygote from the runner's interpreter; dropping CUDA culprits, as a server does."""
         zygote = Zygote(runner.python, [e for e in entries if e["name"] not in runner.avoid])
         while True:
@@ -302,7 +313,7 @@ class ZygotePool:
             zygote.dists = list(report.get("dists", []))
             return zygote, ""
 
-    def _spawn(self, zygote: Zygote, runner: CellRunner) -> dict[str, Any] | None:
+    def _spawn(self, zygote: Zygote, runner: Client) -> dict[str, Any] | None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = Path(tempfile.mkstemp(suffix=".json", dir=self._tmp.name)[1])
         config.write_text(json.dumps({"preload": zygote.preload, "forbid": self.forbid}))

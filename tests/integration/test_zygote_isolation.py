@@ -22,7 +22,8 @@ import pytest
 from harness.candidates import expand_find_links, index_for, resolve_matrix
 from harness.envs import EnvResult, build_env, uv_binary
 from harness.matrix import parse_matrix
-from harness.runner import CHILD, KIT_DIR, CellRunner
+from harness.processes import CHILD
+from harness.runner import KIT_DIR, CellRunner
 from harness.zygote import ZygotePool
 from tests.conftest import git_package
 
