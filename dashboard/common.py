@@ -295,19 +295,24 @@ def multiselect(
 
 
 def filters(facets: dict[str, list[str]], *, scenario: bool = True) -> dict[str, list[str]]:
-    """Sidebar filters shared by Matrix and Failures: runs, scenarios, GPU, platform, each axis."""
-    side = st.sidebar
-    side.markdown("**Filters** (empty: any)")
-    chosen: dict[str, list[str]] = {}
+    """Sidebar filters shared by Matrix and Failures: runs, scenarios, GPU, platform, each axis.
+
+    A facet with a single value in the whole file narrows nothing: it gets no widget (each
+    select costs the browser tens of milliseconds to draw, and a suite's file often holds one
+    torch, one GPU and one run)."""
     axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
-    for axis in axes:
-        chosen[axis] = multiselect(axis, logic.sort_values(facets[axis]), f"f_{axis}", where=side)
+    offered: list[tuple[str, str, list[str], str, str | None]] = [(a, a, logic.sort_values(facets[a]), f"f_{a}", None) for a in axes]
     if scenario:
-        chosen["scenario"] = multiselect("scenario", facets["scenario"], "f_scenario", where=side)
-    chosen["gpu"] = multiselect("GPU", facets["gpu"], "f_gpu", where=side, help="`cpu` for runs on machines without a GPU")
-    if len(facets["platform"]) > 1:
-        chosen["platform"] = multiselect("platform", facets["platform"], "f_platform", where=side)
-    chosen["run_id"] = multiselect("run", facets["run_id"], "f_run", where=side, help="bisections are runs named bisect-<scenario>-<axis>")
+        offered.append(("scenario", "scenario", facets["scenario"], "f_scenario", None))
+    offered += [
+        ("gpu", "GPU", facets["gpu"], "f_gpu", "`cpu` for runs on machines without a GPU"),
+        ("platform", "platform", facets["platform"], "f_platform", None),
+        ("run_id", "run", facets["run_id"], "f_run", "a sweep, a shard or a bisection (`harness bisect` stores its probes as a run)"),
+    ]
+    offered = [o for o in offered if len(o[2]) > 1]
+    if offered:
+        st.sidebar.markdown("**Filters** (empty: any)")
+    chosen = {name: multiselect(label, values, key, where=st.sidebar, help=help) for name, label, values, key, help in offered}
     return {k: v for k, v in chosen.items() if v}
 
 

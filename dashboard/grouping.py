@@ -4,7 +4,7 @@ A sweep over a team's pytest suite stores one outcome per node id and cell (20,0
 400,000), so the pages never draw one square per test: the grid has one row per file, then
 per class (or module-level function) of a chosen file, then per test of a chosen class, and
 each square says how many tests had each status there. The grouping itself happens in DuckDB
-(`harness.queries.test_group_counts`); this module names the rows and columns and folds the
+(`harness.queries.test_group_tallies`); this module names the rows and columns and folds the
 counts into words.
 
 >>> group_word({"pass": 117, "fail": 3, "not_applicable": 2})
@@ -36,6 +36,8 @@ WORD_ORDER: tuple[str, ...] = (*(s.value for s in SEVERITY if s not in _QUIET), 
 SHORT = {"torch": "torch", "transformers": "tf", "accelerate": "acc", "peft": "peft", "bitsandbytes": "bnb"}
 #: The page's levels, outermost first.
 LEVELS = ("file", "group", "test")
+#: Every status's name, once: `Status.X.value` in a loop over 4,000 rows costs more than the rest of the loop.
+_STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 
 
 def is_test_suite(scenarios: Iterable[str]) -> bool:
@@ -97,7 +99,7 @@ class Column:
 
 
 def columns(cells: Sequence[Mapping[str, Any]], gpus: Mapping[str, Sequence[str]] | None = None) -> list[Column]:
-    """The grid's columns from `queries.cell_summaries` rows: in axis order, oldest versions first,
+    """The grid's columns from `queries.grid_cells` (or `cell_summaries`) rows: in axis order, oldest versions first,
     labelled A, B, …; with `gpus` (cell -> GPUs) one column per cell and GPU."""
     axes_of: dict[str, dict[str, str]] = {}
     for cell in cells:
@@ -140,7 +142,7 @@ def build_grid(
     word: Callable[[Mapping[str, int]], str] = group_word,
     size: str = "tests",
 ) -> Grid:
-    """From `queries.test_group_counts` rows (`word=group_word`, `size="tests"`) or `test_counts`
+    """From `queries.test_group_tallies` rows (`word=group_word`, `size="tests"`) or `test_counts`
     rows (`word=fold`, `size="outcomes"`): one row per name in name order, one column per cell."""
     key_of = {(c.cell_id, c.gpu): c.label for c in cols}
     by_gpu = any(c.gpu for c in cols)
@@ -152,7 +154,7 @@ def build_grid(
         label = key_of.get((str(row["cell_id"]), str(row.get("gpu") or "") if by_gpu else ""))
         if label is None:
             continue
-        statuses = {s.value: int(row.get(s.value) or 0) for s in Status}
+        statuses = {s: int(row.get(s) or 0) for s in _STATUSES}
         for s, n in statuses.items():
             totals[s] += n
         words[name][label] = word(statuses)
@@ -210,4 +212,3 @@ def name_many(names: Iterable[str], shown: int = 3) -> str:
     top = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
     more = f", … {len(groups) - shown} more" if len(groups) > shown else ""
     return f"{len(unique)} tests in {len(groups)} groups: " + ", ".join(f"{g} ({n})" for g, n in top) + more
-

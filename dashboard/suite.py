@@ -12,7 +12,7 @@ as they always were.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import streamlit as st
@@ -58,19 +58,61 @@ def _grid_config(grid: grouping.Grid, first: str) -> dict[str, Any]:
     return config
 
 
-def _draw_grid(grid: grouping.Grid, first: str, key: str) -> Any:
+class Drawn(NamedTuple):
+    """One level of the Matrix grid, ready to draw: the grid, its frame as st.dataframe shows it
+    (one-word lists: a MultiselectColumn draws them as coloured tags), its column configuration,
+    and how many node ids matched (at the test level, where at most LIMIT are listed)."""
+
+    grid: grouping.Grid
+    shown: pd.DataFrame
+    config: dict[str, Any]
+    matched: int
+
+
+_FIRST = {"file": "file", "group": "class or function", "test": "test"}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _grid(
+    version: common.FileVersion,
+    level: str,
+    chosen: dict[str, list[str]],
+    search: str,
+    failing: bool,
+    by_gpu: bool,
+    file: str = "",
+    group: str = "",
+) -> Drawn:
+    """The grid at `level` (file; a file's groups; the tests of a group, a file or all), built once
+    per file version and choice: a rerun (a click, another tab) draws it without rebuilding it."""
+    cells = common.query(queries.grid_cells, chosen)
+    columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
+    if level == "test":
+        scope = {"group": group} if group else ({"file": file} if file else {})
+        found = common.query(queries.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
+        grid = grouping.build_grid(found["rows"], columns, within=group or file, word=logic.fold, size="outcomes")
+        matched = int(found["tests"])
+    else:
+        within = {"file": file} if level == "group" else None
+        rows = common.query(queries.test_group_tallies, chosen, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+        grid = grouping.build_grid(rows, columns, within=file if level == "group" else "")
+        matched = int(grid.frame["tests"].sum())
     shown = grid.frame.copy()
-    for label in grid.labels:  # one-word lists: a MultiselectColumn draws them as coloured tags
+    for label in grid.labels:
         shown[label] = shown[label].map(lambda w: [w] if w else [])
+    return Drawn(grid, shown, _grid_config(grid, _FIRST[level]), matched)
+
+
+def _draw_grid(drawn: Drawn, key: str) -> Any:
     return st.dataframe(
-        shown,
+        drawn.shown,
         key=key,
         on_select="rerun",
         selection_mode="single-cell",
         hide_index=True,
-        column_order=["shown", "tests", *grid.labels],
-        column_config=_grid_config(grid, first),
-        height=min(38 + 35 * len(shown), 640),
+        column_order=["shown", "tests", *drawn.grid.labels],
+        column_config=drawn.config,
+        height=min(38 + 35 * len(drawn.shown), 640),
     )
 
 
@@ -86,20 +128,17 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     if pending:
         st.session_state.update(pending)  # before the selectboxes exist: a widget's value may not change after
     search, failing = search_controls()
-    cells = common.query(queries.cell_summaries, dict(chosen))
-    columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
-    files = grouping.build_grid(
-        common.query(queries.test_group_counts, dict(chosen), search, level="file", failing_only=failing, by_gpu=by_gpu), columns
-    )
+    version, chosen = common.version(), dict(chosen)
+    top = _grid(version, "file", chosen, search, failing, by_gpu)
+    files, columns = top.grid, top.grid.columns
     if files.empty:
         st.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
         return
-    tests = int(files.frame["tests"].sum())
     totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
     matched = f" matching `{search}`" if search else ""
     share = grouping.failing_share(files.totals)
     st.markdown(
-        f"**{tests:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
+        f"**{top.matched:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
         + (f"; {share}" if share else ""),
         help="A test's repeats and runs in one cell count once, by their worst status.",
     )
@@ -119,15 +158,8 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     group = ""
     groups = None
     if file:
-        within = {"file": file}
-        groups = grouping.build_grid(
-            common.query(
-                queries.test_group_counts, dict(chosen), search, level="group", within=within, failing_only=failing, by_gpu=by_gpu
-            ),
-            columns,
-            within=file,
-        )
-        options = list(groups.frame["name"])
+        groups = _grid(version, "group", chosen, search, failing, by_gpu, file)
+        options = list(groups.grid.frame["name"])
         common.keep("m_group", "")
         if st.session_state["m_group"] not in options:
             st.session_state["m_group"] = ""
@@ -141,23 +173,21 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     flat = right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
 
     if group or flat:
-        scope = {"group": group} if group else ({"file": file} if file else {})
-        found = common.query(queries.test_counts, dict(chosen), search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
-        grid = grouping.build_grid(found["rows"], columns, within=group or file, word=logic.fold, size="outcomes")
-        shown = f"the first {LIMIT} of " if found["tests"] > LIMIT else ""
+        drawn, level = _grid(version, "test", chosen, search, failing, by_gpu, file, group), "test"
+        shown = f"the first {LIMIT} of " if drawn.matched > LIMIT else ""
         st.caption(
-            f"{shown}{found['tests']:,} test(s){matched}"
+            f"{shown}{drawn.matched:,} test(s){matched}"
             + (f" in {group or file}" if group or file else "")
             + "; select a square to open that cell at that test."
         )
-        level, first = "test", "test"
     elif file and groups is not None:
-        grid, level, first = groups, "group", "class or function"
-        st.caption(f"{len(groups.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
+        drawn, level = groups, "group"
+        st.caption(f"{len(groups.grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
     else:
-        grid, level, first = files, "file", "file"
+        drawn, level = top, "file"
         st.caption("One row per test file; select a row to see its classes and functions.")
-    event = _draw_grid(grid, first, key=f"suite_grid:{level}:{file}:{group}:{flat}")
+    grid = drawn.grid
+    event = _draw_grid(drawn, key=f"suite_grid:{level}:{file}:{group}:{flat}")
     picked = grouping.selected(grid, event.selection)
     if not picked:
         return
@@ -242,7 +272,7 @@ def transition_groups(transitions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def cell_tests(cell_id: str, focus: str) -> None:
     """One cell of a suite: counts per file, its failure signatures, then its outcomes (failures first, at most LIMIT)."""
     search, failing = search_controls()
-    files = common.query(queries.test_group_counts, {"cell_id": [cell_id]}, search, level="file", failing_only=failing)
+    files = common.query(queries.test_group_tallies, {"cell_id": [cell_id]}, search, level="file", failing_only=failing)
     table = pd.DataFrame(files)
     if table.empty:
         st.info(f"No test of this cell matches `{search}`." if search else "No test outcomes in this cell.")

@@ -610,3 +610,129 @@ def test_diff(store: SqlResultsFile, a: str, b: str, search: str = "", *, limit:
 def holds_tests(store: SqlResultsFile) -> bool:
     """Whether the file holds pytest node ids (`harness sweep --tests`): a scenario's name never holds `::`."""
     return bool(store.fetch("SELECT EXISTS (SELECT 1 FROM outcomes WHERE contains(scenario, '::')) AS found")[0]["found"])
+
+
+# -- reads for large test suites (added after the functions above; same conventions) -------------
+def facets_without_scenarios(store: SqlResultsFile) -> dict[str, list[str]]:
+    """`facets` without its `scenario` list: run_id, platform, gpu and each axis. For a test suite
+    that list is every node id (20,000 strings read and cached on every page) for a filter its
+    pages never draw: they search node ids instead."""
+    found: dict[str, list[str]] = {"run_id": [r["run_id"] for r in store.fetch("SELECT run_id FROM runs ORDER BY 1")]}
+    hosts = store.fetch("SELECT DISTINCT host->>'platform' AS platform, host->>'gpu' AS gpu FROM runs")
+    found["platform"] = sorted({h["platform"] for h in hosts if h["platform"]})
+    found["gpu"] = sorted({h["gpu"] for h in hosts if h["gpu"]})
+    rows = store.fetch(
+        "SELECT axis, COALESCE(installed->>axis, versions->>axis) AS value "
+        "FROM (SELECT installed, versions, unnest(json_keys(versions)) AS axis FROM cells) GROUP BY ALL ORDER BY ALL"
+    )
+    for row in rows:
+        if row["value"] is not None:
+            found.setdefault(row["axis"], []).append(row["value"])
+    return found
+
+
+#: Filters that are columns of `outcomes` itself; every other filter (platform, gpu, an axis) is a
+#: property of an outcome's run and cell, decided once per (run, cell) pair instead of per outcome.
+_OUTCOME_FILTERS = frozenset({"run_id", "cell_id", "scenario", "status"})
+_PAIR_AXES = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
+
+
+def _admitted(filters: Filters | None) -> tuple[str, list[Any], str, list[Any]]:
+    """Two CTEs, `per` (outcomes, last outcome and highest repeat per run and cell) and `admitted`
+    (the (run, cell) pairs the filters admit, with the run's `gpu`), and the WHERE over `outcomes`
+    for the outcome-level filters: (ctes, their params, where, its params).
+
+    The same rows as `_where(filters)` over `outcomes_v`, whose run- and cell-level columns are
+    the view's (platform, gpu, the five axes, any other axis in `installed`/`versions`), without
+    joining cells and runs to every one of a suite's 400,000 outcomes."""
+    outcome = {k: v for k, v in (filters or {}).items() if k in _OUTCOME_FILTERS}
+    pair = {k: v for k, v in (filters or {}).items() if k not in _OUTCOME_FILTERS}
+    where, params = _where(outcome)
+    pair_where, pair_params = _where(pair)
+    ctes = f"""
+        per AS (
+            SELECT run_id, cell_id, count(*) AS outcomes, max(started_at) AS last, max(repeat) AS repeats
+            FROM outcomes{where} GROUP BY run_id, cell_id
+        ),
+        admitted AS (
+            SELECT * FROM (
+                SELECT per.*, {_PAIR_AXES}, c.versions, c.installed, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu
+                FROM per LEFT JOIN cells c USING (run_id, cell_id) LEFT JOIN runs r USING (run_id)
+            ){pair_where}
+        )"""
+    return ctes, [*params, *pair_params], where, params
+
+
+def grid_cells(store: SqlResultsFile, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """`cell_summaries`' rows (one per cell among the filtered outcomes: axis versions, `versions`
+    decoded, runs, GPUs, outcome count, last outcome time), counted per run and cell first: over a
+    suite's 400,000 outcomes a tenth of the work."""
+    ctes, params, _, _ = _admitted(filters)
+    axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
+    rows = store.fetch(
+        f"""
+        WITH {ctes},
+        o AS (
+            SELECT cell_id, list(DISTINCT run_id ORDER BY run_id) AS runs,
+                   list(DISTINCT COALESCE(gpu, '') ORDER BY COALESCE(gpu, '')) AS gpus,
+                   sum(outcomes)::BIGINT AS outcomes, max(last) AS last
+            FROM admitted GROUP BY cell_id
+        ),
+        c AS (
+            SELECT cell_id, arg_max(installed, built_at) AS installed, arg_max(versions, built_at) AS versions
+            FROM cells GROUP BY cell_id
+        )
+        SELECT o.cell_id, {axes}, c.versions, o.runs, o.gpus, o.outcomes, o.last
+        FROM o LEFT JOIN c USING (cell_id) ORDER BY o.cell_id
+        """,
+        params,
+    )
+    for row in rows:
+        row["versions"] = json.loads(row["versions"]) if isinstance(row["versions"], str) else (row["versions"] or {})
+    return rows
+
+
+def test_group_tallies(
+    store: SqlResultsFile,
+    filters: Filters | None = None,
+    search: str = "",
+    *,
+    level: str = "file",
+    within: Mapping[str, str] | None = None,
+    failing_only: bool = False,
+    by_gpu: bool = False,
+) -> list[dict[str, Any]]:
+    """`test_group_counts`' rows without their `signature`: one row per (group at `level`, cell[, gpu]),
+    `tests`, and how many tests had each status there (a test's repeats and runs count once, by
+    their worst status). Read from `outcomes` and the (run, cell) pairs the filters admit, not
+    through `outcomes_v`: the grid of a suite's first page costs half as much."""
+    if level not in ("file", "group"):
+        raise ValueError(level)
+    ctes, params, where, outcome_params = _admitted(filters)
+    clauses = [where.removeprefix(" WHERE ")] if where else []
+    found = [*outcome_params]
+    if search:
+        clauses.append("strpos(lower(scenario), lower(?)) > 0")  # a substring, never a pattern
+        found.append(search)
+    for name, value in sorted((within or {}).items()):
+        clauses.append(f"{_LEVELS[name]} = ?")  # name is one of a fixed set, never user text
+        found.append(value)
+    if failing_only:
+        inner = " AND ".join([*([where.removeprefix(" WHERE ")] if where else []), f"status IN ({_FAILING})"])
+        clauses.append(f"scenario IN (SELECT scenario FROM outcomes SEMI JOIN admitted USING (run_id, cell_id) WHERE {inner})")
+        found += outcome_params
+    narrowed = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    gpu = ", COALESCE(a.gpu, '') AS gpu" if by_gpu else ""
+    counts = ", ".join(f"count(*) FILTER (WHERE worst = '{s}') AS {s}" for s in Status)
+    with store.reading():  # one snapshot for both reads
+        shape = store.fetch(f"WITH {ctes} SELECT count(DISTINCT run_id) AS runs, COALESCE(max(repeats), 0) AS r FROM admitted", params)[0]
+        one_each = shape["runs"] <= 1 and shape["r"] == 0
+        # One outcome per test and cell: its status is the test's, with no grouping per test (400,000 groups).
+        worst, grouped = ("status", "") if one_each else (_WORST, " GROUP BY ALL")
+        name = f"{_LEVELS[level]} AS name, cell_id{gpu}" + ("" if one_each else ", scenario")
+        per_test = f"SELECT {name}, {worst} AS worst FROM outcomes JOIN admitted a USING (run_id, cell_id){narrowed}{grouped}"
+        return store.fetch(
+            f"WITH {ctes}, t AS ({per_test}) SELECT name, cell_id{', gpu' if by_gpu else ''}, count(*) AS tests, {counts} "
+            "FROM t GROUP BY ALL ORDER BY ALL",
+            [*params, *found],
+        )

@@ -16,7 +16,7 @@ from harness import queries
 
 st.title("Cell")
 common.data_banner()
-cells = common.query(queries.cell_summaries)
+cells = common.query(queries.grid_cells)
 ids = [str(c["cell_id"]) for c in cells]
 wanted = st.query_params.get("cell")
 if wanted in ids and st.session_state.get("cell_from_url") != wanted:

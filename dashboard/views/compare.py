@@ -12,7 +12,7 @@ from harness import queries
 
 st.title("Compare")
 common.data_banner()
-cells = common.query(queries.cell_summaries)
+cells = common.query(queries.grid_cells)
 ids = [str(c["cell_id"]) for c in cells]
 if len(ids) < 2:
     st.info("This file holds a single cell: nothing to compare it with.")

@@ -17,10 +17,14 @@ from harness import queries
 
 st.title("Matrix")
 common.data_banner()
-facets = common.query(queries.facets)
 tests = common.query(queries.holds_tests)
+# a suite's pages search node ids instead of listing them: no scenario list to read
+facets = common.query(queries.facets_without_scenarios if tests else queries.facets)
 chosen = common.filters(facets, scenario=not tests)
-by_gpu = st.sidebar.toggle("one row per cell and GPU", key="by_gpu", help="keep results from different GPUs apart")
+# with one GPU in the whole file, a row per cell and GPU is a row per cell
+by_gpu = len(facets["gpu"]) > 1 and st.sidebar.toggle(
+    "one row per cell and GPU", key="by_gpu", help="keep results from different GPUs apart"
+)
 if tests:
     suite.matrix(chosen, by_gpu)
     st.stop()

@@ -664,6 +664,54 @@ def test_suite_tests_failures_and_diff_are_capped_and_grouped(suite_db: Path) ->
     }
 
 
+#: Filters the suite's pages pass: axes, GPU, run, platform, cells and outcome columns, alone and together.
+FILTERS: list[dict[str, list[str]]] = [
+    {},
+    {"transformers": ["5.23.0"]},
+    {"accelerate": ["1.13.0"], "gpu": ["cpu"]},
+    {"gpu": ["NVIDIA H200"]},
+    {"platform": ["linux-x86_64"], "run_id": ["s2", "r-cpu"]},
+    {"cell_id": [cell_id("A")], "status": ["error", "pass"]},
+    {"numpy": ["2.2.6"]},  # an axis that is no column: read from each cell's freeze
+    {"transformers": []},
+]
+
+
+@pytest.mark.parametrize("which", ["suite", "scenarios"])
+def test_the_faster_reads_of_a_suite_return_what_the_general_ones_do(suite_db: Path, db: Path, which: str) -> None:
+    """grid_cells and test_group_tallies decide run- and cell-level filters once per (run, cell):
+    the same rows as cell_summaries and test_group_counts (less its signature) over outcomes_v."""
+    with Store(suite_db if which == "suite" else db, read_only=True) as store:
+        without = queries.facets(store)
+        assert queries.facets_without_scenarios(store) == {k: v for k, v in without.items() if k != "scenario"}
+        for filters in FILTERS:
+            assert queries.grid_cells(store, filters) == queries.cell_summaries(store, filters), filters
+            for search, failing, by_gpu, level, within in [
+                ("", False, False, "file", None),
+                ("merge", False, True, "file", None),
+                ("", True, False, "group", None),
+                ("TEST_", True, True, "group", {"file": "tests/test_a.py"}),
+                ("100%", False, False, "group", {"group": "tests/test_b.py::TestQuant"}),
+            ]:
+                old = queries.test_group_counts(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+                new = queries.test_group_tallies(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+                assert new == [{k: v for k, v in r.items() if k != "signature"} for r in old], (filters, search, failing, level)
+
+
+def test_a_filter_with_one_value_in_the_file_gets_no_widget(suite_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(suite_db))
+    st.cache_data.clear()
+    at = run(AppTest.from_file(APP, default_timeout=60))
+    # two transformers and two runs narrow something; one accelerate, torch, GPU and platform do not
+    assert {m.key for m in at.multiselect} == {"f_transformers", "f_run"}
+    assert not any(t.key == "by_gpu" for t in at.toggle)  # one GPU: a row per cell and GPU is a row per cell
+    at.multiselect(key="f_transformers").set_value(["5.23.0"]).run()
+    assert list(at.dataframe[0].value["tests"]) == [5, 3] and list(at.dataframe[0].value.columns[-1:]) == ["A"]
+    st.cache_data.clear()
+
+
 GROUP_WORDS = [
     ({"pass": 40}, "pass 40"),
     ({"pass": 5, "error": 1, "crash": 2}, "crash 2 · error 1 · pass 5"),  # failures first, worst first: the colour
