@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 import pandas as pd
 
 from dashboard import grouping
-from harness.analysis.attribution import Transition
+from harness.analysis.attribution import MachineDifference, Transition
+from harness.analysis.bisect import Verdict, repeat_verdict, stored_result
 from harness.analysis.rows import AXIS_ORDER, axis_sort, distance
 from harness.analysis.status import SEVERITY, fold, status_of
 from harness.analysis.versions import sort_values, version_key
@@ -133,14 +133,33 @@ def selected_cell(matrix: Matrix, selection: Mapping[str, Any] | None) -> tuple[
 # -- failures --------------------------------------------------------------------------------
 def answer_text(row: Mapping[str, Any]) -> str:
     """A stored transition group's answer without its verb: `accelerate 1.14.0 (after 1.13.0)`, or
-    `between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0` (the CLI's words)."""
-    headline = Transition.from_dict(row).headline()
-    return headline.split(" ", 1)[1].removeprefix("in ")
+    `between accelerate 1.13.0 (fails) and 1.15.0 (passes); not built: 1.14.0` (the CLI's words,
+    from the transition's own parts)."""
+    t = Transition.from_dict(row)
+    return f"{t.axis} {t.where()}" if t.exact else f"between {t.axis} {t.where()}; {t.gaps()}"
+
+
+def machine_text(row: Mapping[str, Any]) -> str:
+    """A stored machine difference's answer, without the axes it held: `fails on 1x NVIDIA H200 and
+    passes on cpu with the same versions: …` (`queries.transition_answer_groups` rows; a file
+    written before `other_machine` was stored shows its whole stored description)."""
+    if not row.get("other_machine"):
+        return str(row.get("description") or "")
+    return MachineDifference(
+        scenario=str(row.get("scenario") or ""),
+        signature=str(row.get("signature") or ""),
+        fails_on=str(row.get("machine") or ""),
+        passes_on=str(row["other_machine"]),
+        axis=str(row.get("axis") or ""),
+        fails_with=str(row.get("before") or ""),
+        passes_with=str(row.get("after") or ""),
+        held=(),
+    ).headline()
 
 
 def transition_columns(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """signature -> {"introduced": …, "fixed": …, "machine": …, "flaky": "3 cell(s)"} from
-    `queries.transition_summary` rows, in the words the CLI prints; the machine each holds on
+    `queries.transition_answer_groups` rows, in the words the CLI prints; the machine each holds on
     is named when the file holds more than one."""
     machines = {str(r.get("machine") or "") for r in summary if r.get("kind") in ("introduced", "fixed")}
     out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -149,7 +168,7 @@ def transition_columns(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
         if kind == "flaky":
             out[row["signature"]]["flaky"].append(f"{row['lines']} cell(s)")
         elif kind == "machine":
-            out[row["signature"]]["machine"].append(str(row.get("description") or "").split(" — with ")[0])
+            out[row["signature"]]["machine"].append(machine_text(row))
         else:
             where = f" on {row['machine']}" if len(machines) > 1 and row.get("machine") else ""
             lines = f" ({row['lines']} lines)" if int(row.get("lines") or 1) > 1 else ""
@@ -250,39 +269,62 @@ class Bisection:
     run_id: str
     scenario: str
     axis: str
-    probes: pd.DataFrame  # version, status, signature, cell_id, in version order
-    answer: str  # "changes between 1.13.0 (error) and 1.14.0 (pass)"
+    probes: pd.DataFrame  # version, status, verdict, signature, cell_id, in version order
+    answer: str  # "broken in accelerate 1.14.0; last good 1.13.0", as `harness bisect` says it
 
 
 def bisections(rows: Sequence[Mapping[str, Any]]) -> list[Bisection]:
-    """Group `Store.dashboard_bisections` rows by run and put each run's probes in version order."""
+    """Group `queries.bisection_probes_by_axis` rows by run, each run's probes in version order.
+
+    Each probe is judged as `harness bisect` judged it (`analysis.bisect.repeat_verdict`: an
+    install_failed, unresolvable, inconclusive, not_applicable, xfail or xpass probe is a skip,
+    never bad), and the answer is the search's over the judged probes (`stored_result`), in the
+    command's words. The axis, the probe's value on it and its commit are stored fields the read
+    returns, never pieces of the run id.
+    """
     by_run: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         by_run[str(row["run_id"])].append(row)
     found = []
     for run_id, probes in sorted(by_run.items()):
-        scenario = str(probes[0]["scenario"])
-        prefix = f"bisect-{scenario}-"
-        axis = run_id[len(prefix) :] if run_id.startswith(prefix) else ""
+        axis = str(probes[0].get("axis") or "")
         by_value: dict[str, dict[str, Any]] = {}
         for row in probes:
-            versions = row.get("versions") or {}
-            commit = (row.get("git_commits") or {}).get(axis, "")
-            value = str(row.get(axis) or versions.get(axis) or "") if axis else str(row["cell_id"])
-            label = f"{value.rsplit('@', 1)[0].rsplit('/', 1)[-1]}@{commit[:12]}" if commit else value
+            value, commit = str(row.get("value") or "") if axis else str(row["cell_id"]), str(row.get("commit") or "")
+            label = f"{value}@{commit[:12]}" if commit else value
             probe = by_value.setdefault(label, {"version": label, "statuses": [], "signature": "", "cell_id": row["cell_id"]})
             probe["statuses"].append(str(row["status"]))
             probe["signature"] = probe["signature"] or str(row.get("signature") or "")
         ordered = sorted(by_value.values(), key=lambda p: version_key(p["version"]))
         for probe in ordered:
             probe["status"] = fold({s: probe["statuses"].count(s) for s in set(probe["statuses"])})
-        answer = ""
-        for old, new in pairwise(ordered):
-            if (old["status"] == "pass") != (new["status"] == "pass"):
-                answer = f"changes between {axis} {old['version']} ({old['status']}) and {new['version']} ({new['status']})"
-        frame = pd.DataFrame([{k: p[k] for k in ("version", "status", "signature", "cell_id")} for p in ordered])
-        found.append(Bisection(run_id, scenario, axis, frame, answer or "no change of verdict among the probes"))
+            probe["verdict"] = repeat_verdict(probe["statuses"])
+        frame = pd.DataFrame(
+            [{**{k: p[k] for k in ("version", "status", "signature", "cell_id")}, "verdict": p["verdict"].value} for p in ordered],
+            columns=["version", "status", "verdict", "signature", "cell_id"],
+        )
+        answer = _bisection_answer(axis or "?", [p["version"] for p in ordered], [p["verdict"] for p in ordered])
+        found.append(Bisection(run_id, str(probes[0]["scenario"]), axis, frame, answer))
     return found
+
+
+def _bisection_answer(axis: str, versions: Sequence[str], verdicts: Sequence[Verdict]) -> str:
+    """`harness bisect`'s closing line over stored probes (bisection.describe's words), or why there is none."""
+    stored = stored_result(versions, verdicts)
+    if stored is None:
+        judged = [v for v in verdicts if v != Verdict.SKIP]
+        if not judged:
+            return "no probe says anything (every one was skipped)"
+        return f"no change of verdict among the probes ({judged[0].value})"
+    result, fix = stored
+    line = (
+        f"fixed in {axis} {result.last_good}; still failing in {result.first_bad}"
+        if fix
+        else f"broken in {axis} {result.first_bad}; last good {result.last_good}"
+    )
+    if result.undecided:
+        line += f"; undecided (could not build or run): {', '.join(result.undecided)}"
+    return line
 
 
 # -- one cell, two cells -----------------------------------------------------------------------

@@ -736,3 +736,46 @@ def test_group_tallies(
             "FROM t GROUP BY ALL ORDER BY ALL",
             [*params, *found],
         )
+
+
+def bisection_probes_by_axis(store: SqlResultsFile) -> list[dict[str, Any]]:
+    """`bisection_probes`' rows, each with its run's `axis` (the one axis whose requested version
+    differs between the run's probe cells, from their stored `versions`; "" when they differ in
+    none, a bisection stopped at its first probe, or in several), the probe's `value` on it
+    (installed, else requested) and its `commit` there (a git or path candidate's), so that no
+    reader takes them apart from the run id or a URL."""
+    rows = store.fetch(
+        f"""
+        WITH p AS (
+            SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, installed, git_commits,
+                   {", ".join(AXIS_ORDER)}, gpu, started_at
+            FROM outcomes_v WHERE starts_with(run_id, 'bisect-')
+        ),
+        keyed AS (SELECT DISTINCT run_id, cell_id, versions, unnest(json_keys(versions)) AS axis FROM p),
+        varying AS (SELECT run_id, axis FROM keyed GROUP BY run_id, axis HAVING count(DISTINCT versions->>axis) > 1),
+        axes AS (SELECT run_id, CASE WHEN count(*) = 1 THEN min(axis) ELSE '' END AS axis FROM varying GROUP BY run_id)
+        SELECT p.* EXCLUDE (installed), COALESCE(a.axis, '') AS axis,
+               COALESCE(p.installed->>a.axis, p.versions->>a.axis, '') AS value, COALESCE(p.git_commits->>a.axis, '') AS commit
+        FROM p LEFT JOIN axes a USING (run_id)
+        ORDER BY p.run_id, p.started_at, p.cell_id, p.repeat
+        """
+    )
+    return _decode(rows, ("versions", "git_commits"))
+
+
+def transition_answer_groups(store: SqlResultsFile, scope: str = "") -> list[dict[str, Any]]:
+    """`transition_summary`'s rows with each one's `other_machine` too (where a machine difference
+    passes): every field an answer's words are made of, so that no reader takes the stored
+    description apart."""
+    if not store.has_table("transitions"):
+        return []
+    found = _columns(store, "transitions")
+    machine = "COALESCE(machine, '')" if "machine" in found else "''"
+    other = "COALESCE(other_machine, '')" if "other_machine" in found else "''"
+    rows = store.fetch(
+        f"SELECT signature, kind, axis, before, after, untested, inconclusive, {machine} AS machine, {other} AS other_machine, "
+        "any_value(description) AS description, count(*) AS lines "
+        "FROM transitions WHERE scope = ? GROUP BY ALL ORDER BY signature, kind, axis, before, after",
+        [scope],
+    )
+    return _decode(rows, ("untested", "inconclusive"))

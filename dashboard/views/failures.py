@@ -45,7 +45,7 @@ elif scopes:
     scope = scopes[0]
 
 failures = common.query(queries.test_failure_summaries, chosen, search) if tests else common.query(queries.failure_summaries, chosen)
-summary = common.query(queries.transition_summary, scope)
+summary = common.query(queries.transition_answer_groups, scope)
 # For a suite, the tests and files each signature hits; its scenarios column holds its biggest groups.
 columns = [*COLUMNS[: COLUMNS.index("cells") + 1], "tests", "files", *COLUMNS[COLUMNS.index("cells") + 1 :]] if tests else COLUMNS
 if not failures:
@@ -153,13 +153,16 @@ else:
         st.caption("No transition of this signature: it fails on every version tried, or never between neighbouring versions.")
 
 st.header("Bisections")
-found = logic.bisections(common.query(queries.bisection_probes))
+found = logic.bisections(common.query(queries.bisection_probes_by_axis))
 if not found:
-    st.caption("No bisection in this file (`harness bisect` stores its probes under runs named bisect-<scenario>-<axis>).")
+    st.caption("No bisection in this file (`harness bisect` stores its probes as a run of their own).")
 for bisection in found:
     st.markdown(f"**{bisection.scenario}** along **{bisection.axis or '?'}** (run `{bisection.run_id}`): {bisection.answer}")
     st.dataframe(
         bisection.probes.style.map(logic.colour_of, subset=["status"]),
         hide_index=True,
-        column_config={"signature": st.column_config.TextColumn(width="large")},
+        column_config={
+            "signature": st.column_config.TextColumn(width="large"),
+            "verdict": st.column_config.TextColumn(help="as `harness bisect` judges it: a probe that did not build or run is a skip"),
+        },
     )

@@ -115,3 +115,29 @@ def repeat_verdict(statuses: Sequence[str], allowed_failures: int = 0) -> Verdic
         return Verdict.SKIP
     failures = sum(s != Status.PASS for s in statuses)
     return Verdict.GOOD if failures <= allowed_failures else Verdict.BAD
+
+
+def stored_result(candidates: Sequence[T], verdicts: Sequence[Verdict]) -> tuple[BisectResult[T], bool] | None:
+    """What probes judged already answer (a bisection's stored outcomes, read back): `candidates`
+    oldest first, each with its verdict (`repeat_verdict` of its statuses). Returns the search's
+    result over them from the good end and whether that end is the newer one (a fix), or None
+    while fewer than two are judged or the oldest and newest judged ones agree. A skipped
+    candidate between the answer's ends leaves it a range (`undecided`), as in the search.
+
+    >>> result, fix = stored_result(["1.13.0", "1.13.1", "1.14.0"], [Verdict.BAD, Verdict.SKIP, Verdict.GOOD])
+    >>> result.last_good, result.first_bad, result.undecided, fix
+    ('1.14.0', '1.13.0', ['1.13.1'], True)
+    """
+    judged = [i for i, verdict in enumerate(verdicts) if verdict != Verdict.SKIP]
+    if len(judged) < 2 or verdicts[judged[0]] == verdicts[judged[-1]]:
+        return None
+    fix = verdicts[judged[0]] == Verdict.BAD
+    span = list(range(judged[0], judged[-1] + 1))
+    found = bisect(span[::-1] if fix else span, verdicts.__getitem__, verify_ends=False)
+    result = BisectResult(
+        candidates[found.last_good],
+        candidates[found.first_bad],
+        [Probe(candidates[p.candidate], p.verdict, p.detail) for p in found.probes],
+        [candidates[i] for i in found.undecided],
+    )
+    return result, fix

@@ -388,9 +388,10 @@ def test_failures_show_the_bisection_and_its_answer(app: AppTest) -> None:
     run(app, "failures")
     page = texts(app)
     assert "**load** along **accelerate** (run `bisect-load-accelerate`)" in page
-    assert "changes between accelerate 1.13.1 (error) and 1.14.0 (pass)" in page
+    assert "fixed in accelerate 1.14.0; still failing in 1.13.1" in page  # harness bisect's words
     probes = app.dataframe[-1].value
     assert list(probes["version"]) == ["1.13.0", "1.13.1", "1.14.0"]
+    assert list(probes["verdict"]) == ["bad", "bad", "good"]
 
 
 def test_failures_follow_the_filters(app: AppTest) -> None:
