@@ -601,6 +601,15 @@ def node_ids(count: int, rng: random.Random) -> list[str]:
     return list(ids)
 
 
+def suite_markers(node: str, skipped: bool, xfailing: bool) -> list[str]:
+    """The pytest markers a node id's outcomes record (as the worker stores them, `parametrize` left out)."""
+    marks = {"gpu"} if skipped else set()
+    marks |= {"xfail"} if xfailing else set()
+    marks |= {"slow"} if "Slow" in node or "Integration" in node else set()
+    marks |= {"quant"} if node.startswith("tests/quant/") or "4bit" in node or "8bit" in node else set()
+    return sorted(marks)
+
+
 def generate_suite(out: Path, tests: int, cells_wanted: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     if out.exists():
@@ -612,6 +621,7 @@ def generate_suite(out: Path, tests: int, cells_wanted: int, seed: int) -> dict[
     flaky = {n for n in nodes if rng.random() < 0.0005}
     crashing = set(rng.sample(nodes, 2))
     hung = rng.choice(nodes)
+    marked = {n: json.dumps({"markers": m} if (m := suite_markers(n, n in skipped, n in xfailing)) else {}) for n in nodes}
     host = HOSTS[0]
     run_id = f"suite-{seed}"
     rows: list[tuple[Any, ...]] = []
@@ -668,7 +678,7 @@ def generate_suite(out: Path, tests: int, cells_wanted: int, seed: int) -> dict[
                         hashlib.sha1(signature.encode()).hexdigest()[:12] if signature else "",
                         bug[3] if bug else "", bug[2] if bug else "", traceback,
                         f"{node} {status.upper()}" if status != "pass" else "",
-                        round(rng.uniform(0.01, 2.5), 3), "{}", moment,
+                        round(rng.uniform(0.01, 2.5), 3), marked[node], moment,
                     )
                 )  # fmt: skip
         store.con.commit()

@@ -195,6 +195,16 @@ def selected(grid: Grid, selection: Mapping[str, Any] | None) -> tuple[str, Colu
     return None
 
 
+def group_name(node: str) -> str:
+    """A node id's group as the queries group it (`file::Class`, or the file for its module-level
+    functions): `analysis.rows.group_of` of the node id without its parameters, which may hold `::`.
+
+    >>> group_name("t.py::test_plain[x::y]"), group_name("t.py::TestA::test_b[1]")
+    ('t.py', 't.py::TestA')
+    """
+    return group_of(node.split("[", 1)[0])  # a path never holds `[`
+
+
 def name_many(names: Iterable[str], shown: int = 3) -> str:
     """Scenario names joined as before; many test ids as a count with the first few groups.
 
@@ -208,7 +218,7 @@ def name_many(names: Iterable[str], shown: int = 3) -> str:
         return ", ".join(unique)
     groups: dict[str, int] = defaultdict(int)
     for n in unique:
-        groups[group_of(n)] += 1
+        groups[group_name(n)] += 1
     top = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
     more = f", … {len(groups) - shown} more" if len(groups) > shown else ""
     return f"{len(unique)} tests in {len(groups)} groups: " + ", ".join(f"{g} ({n})" for g, n in top) + more

@@ -19,6 +19,8 @@ import streamlit as st
 
 from dashboard import common, grouping, logic
 from harness import queries
+from harness.analysis.pin import ANY_MACHINE, marker_matches, select_tests
+from harness.analysis.rows import machine_class
 
 #: The most tests one table lists; past it, the page says how many matched and asks for a narrower search.
 LIMIT = 500
@@ -257,7 +259,7 @@ def transition_groups(transitions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     rows: dict[tuple[str, ...], dict[str, Any]] = {}
     for t in transitions:
         answer = logic.answer_text(t) if t["kind"] in ("introduced", "fixed") else str(t.get("description") or "")
-        key = (grouping.group_of(str(t["scenario"])), str(t["kind"]), str(t.get("axis") or ""), answer, str(t.get("machine") or ""))
+        key = (grouping.group_name(str(t["scenario"])), str(t["kind"]), str(t.get("axis") or ""), answer, str(t.get("machine") or ""))
         row = rows.setdefault(
             key, {"group": key[0], "kind": key[1], "axis": key[2], "answer": key[3], "on": key[4], "tests": set(), "lines": 0}
         )
@@ -396,3 +398,114 @@ def compare(a: str, b: str) -> None:
             "B signature": st.column_config.TextColumn(width="large"),
         },
     )
+
+
+# -- Pin --------------------------------------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=16)
+def _test_listing(version: common.FileVersion, machine: str) -> pd.DataFrame:
+    """Every node id with its file, class or function, markers, and the cells where it passed and
+    where it passed or failed on `machine` (a machine class, or ANY_MACHINE for all pooled)."""
+    classes: dict[tuple[Any, ...], str] = {}
+    per: dict[str, list[int]] = {}
+    for row in common.query(queries.test_pass_counts):
+        host = (row["gpu"], row["gpu_count"], row["platform"])
+        here = classes.setdefault(host, machine_class(row))
+        counts = per.setdefault(str(row["scenario"]), [0, 0])
+        if machine in (ANY_MACHINE, here):
+            counts[0] += int(row["passing"])
+            counts[1] += int(row["tested"])
+    markers = common.query(queries.test_markers)
+    tests = sorted(per)
+    return pd.DataFrame(
+        {
+            "test": tests,
+            "file": [t.split("::", 1)[0] for t in tests],
+            "group": [grouping.group_name(t) for t in tests],
+            "markers": [", ".join(sorted(markers.get(t, ()))) for t in tests],
+            "cells passing": [per[t][0] for t in tests],
+            "cells tested": [per[t][1] for t in tests],
+        }
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _selected(
+    version: common.FileVersion, machine: str, selectors: tuple[str, ...], picked: tuple[str, ...], marker: str
+) -> tuple[list[str], list[str], str]:
+    """(the node ids chosen, as `harness pin --test SELECTOR… -m MARKER` chooses them, plus the rows
+    picked in the list; the selectors that chose nothing; why the marker expression was refused)."""
+    stored = list(_test_listing(version, machine)["test"])
+    chosen, empty = select_tests(stored, selectors) if selectors else ([], [])
+    chosen = list(dict.fromkeys([*chosen, *picked]))
+    if not marker:
+        return chosen, empty, ""
+    markers = common.query(queries.test_markers)
+    if not markers:
+        from harness.pinning import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
+
+        return [], empty, f"-m {marker!r}: this file stores no markers; {MARKERS_NOT_STORED}"
+    try:
+        # tests whose outcomes recorded no marker have none: `-m "not slow"` selects them too
+        return [t for t in (chosen if selectors or picked else stored) if marker_matches(marker, markers.get(t, set()))], empty, ""
+    except ValueError as exc:
+        return [], empty, str(exc)
+
+
+def pin_selection(machine: str) -> list[str]:
+    """The Pin page's choice of tests for a suite: files, classes, typed selectors and a marker
+    expression (as `harness pin --test/-m`), or rows picked in the list of every test. Returns the
+    chosen tests that passed or failed on `machine` (the others say nothing there: left out, as the CLI does)."""
+    version = common.version()
+    listing = _test_listing(version, machine)
+    files = sorted(set(listing["file"]))
+    classes = sorted(set(listing["group"]) - set(files))
+    st.markdown(
+        f"Choose the tests that must pass among the **{len(listing):,}** this file holds, as `harness pin --test` and `-m` "
+        "choose them: files, classes, node ids or folders, and pytest's marker expression (within the other choices, when given)."
+    )
+    left, right = st.columns(2)
+    chosen_files = common.multiselect("files", files, "pin_files", where=left, placeholder="none")
+    chosen_classes = common.multiselect("classes", classes, "pin_classes", where=right, placeholder="none")
+    left, right = st.columns([3, 2])
+    common.keep("pin_tests", "")
+    typed = left.text_area(
+        "node ids, files, classes or folders, one per line",
+        key="pin_tests",
+        placeholder="tests/quant/\ntests/test_lora.py::TestMerge\ntests/test_lora.py::test_merge[4bit]",
+        height=100,
+    )
+    common.remember("pin_tests")
+    common.keep("pin_marker", "")
+    marker = right.text_input("-m (markers)", key="pin_marker", placeholder="quant and not slow", help="pytest's -m expression")
+    common.remember("pin_marker")
+    st.markdown(f"**Every test** ({len(listing):,}; select rows to add them; the list's search box finds a node id)")
+    event = st.dataframe(
+        listing,
+        key="pin_listing",
+        on_select="rerun",
+        selection_mode="multi-row",
+        hide_index=True,
+        column_order=["test", "markers", "cells passing", "cells tested"],
+        column_config={
+            "test": st.column_config.TextColumn(width="large"),
+            "cells passing": st.column_config.NumberColumn(help=f"cells where every outcome passed, on {machine}"),
+            "cells tested": st.column_config.NumberColumn(help=f"cells where it passed or failed, on {machine}"),
+        },
+        height=320,
+    )
+    picked = tuple(str(listing.iloc[i]["test"]) for i in event.selection.rows)
+    selectors = tuple([*chosen_files, *chosen_classes, *(line.strip() for line in typed.splitlines() if line.strip())])
+    chosen, empty, refused = _selected(version, machine, selectors, picked, marker.strip())
+    if empty:
+        st.warning(f"Selects no stored test: {', '.join(f'`{s}`' for s in empty)}")
+    if refused:
+        st.warning(refused)
+    tested = dict(zip(listing["test"], listing["cells tested"]))
+    kept = [t for t in chosen if tested.get(t)]
+    left_out = len(chosen) - len(kept)
+    if chosen:
+        st.markdown(
+            f"**{len(kept):,}** test(s) chosen ({grouping.name_many(kept)})"
+            + (f"; {left_out:,} left out: they never passed or failed on {machine} (skipped, xfail or not built there)" if left_out else "")
+        )
+    return kept

@@ -779,3 +779,23 @@ def transition_answer_groups(store: SqlResultsFile, scope: str = "") -> list[dic
         [scope],
     )
     return _decode(rows, ("untested", "inconclusive"))
+
+
+def test_pass_counts(store: SqlResultsFile) -> list[dict[str, Any]]:
+    """One row per node id (or scenario) and kind of host (`gpu`, `gpu_count`, `platform`: what
+    `analysis.rows.machine_class` reads): `passing`, the cells where it passed (every outcome there
+    passed, a not_applicable beside them dropped, as `status.fold` words it), and `tested`, the
+    cells where it passed or failed. The Pin page's list of a suite's every test, in one grouped read."""
+    evidence = f"'{Status.PASS}', {_FAILING}"
+    return store.fetch(
+        f"""
+        WITH per AS (
+            SELECT scenario, cell_id, gpu, gpu_count, platform,
+                   bool_or(status = '{Status.PASS}') AND bool_and(status IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}')) AS passed,
+                   bool_or(status IN ({evidence})) AS judged
+            FROM outcomes_v GROUP BY ALL
+        )
+        SELECT scenario, gpu, gpu_count, platform, count(*) FILTER (WHERE passed) AS passing, count(*) FILTER (WHERE judged) AS tested
+        FROM per GROUP BY ALL ORDER BY ALL
+        """
+    )

@@ -1,18 +1,24 @@
-"""Pin: choose a machine class and scenarios (and hold axes, a GPU); the newest version set that passes them all, to download."""
+"""Pin: choose a machine class and scenarios (and hold axes, a GPU); the newest version set that passes them all, to download.
+
+A test suite's tests are chosen as `harness pin --test/-m` chooses them (files, classes, node ids,
+folders, a marker expression) or picked in the list of every test (dashboard/suite.py), and pinned
+when asked: the choice over thousands of tests takes a while.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, logic
+from dashboard import common, grouping, logic, suite
 from harness import queries
 from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
 from harness.pinning import machines_of, newest_machine_of, passing_by_machine, pin_from_store
 
 st.title("Pin")
 overview = common.data_banner()
-facets = common.query(queries.facets)
+tests = common.query(queries.holds_tests)
+facets = common.query(queries.facets_without_scenarios if tests else queries.facets)
 axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
 
 
@@ -27,14 +33,13 @@ def _pass_rates(version: common.FileVersion) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-rates = _pass_rates(common.version())
 machines = common.query(machines_of)
 # The known-good set is per machine class: by default the newest run's, as `harness pin` chooses.
 common.keep("pin_machine", common.query(newest_machine_of) or ANY_MACHINE)
 if st.session_state["pin_machine"] not in (*machines, ANY_MACHINE):
     st.session_state["pin_machine"] = ANY_MACHINE
 st.markdown(
-    "Choose your machine and the scenarios that must pass; hold any axis you cannot change. "
+    f"Choose your machine and the {'tests' if tests else 'scenarios'} that must pass; hold any axis you cannot change. "
     "The newest set where every one passed on that machine wins."
 )
 machine = st.selectbox(
@@ -48,9 +53,12 @@ common.remember("pin_machine")
 by_machine = common.query(passing_by_machine)
 here = sorted({s for names in by_machine.values() for s in names}) if machine == ANY_MACHINE else by_machine.get(str(machine), [])
 where = "somewhere" if machine == ANY_MACHINE else f"on {machine}"
-if st.button(f"Choose the {len(here)} scenario(s) that pass {where}", key="pin_all_passing"):
-    st.session_state["pin_scenarios"] = here
-scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
+if tests:
+    scenarios = suite.pin_selection(str(machine))
+else:
+    if st.button(f"Choose the {len(here)} scenario(s) that pass {where}", key="pin_all_passing"):
+        st.session_state["pin_scenarios"] = here
+    scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
 columns = st.columns(len(axes) + 1)
 fixed: dict[str, str] = {}
 for column, axis in zip(columns, axes):
@@ -65,8 +73,17 @@ common.remember("pin_gpu")
 st.caption(f"Newest means: compared on {', '.join(DEFAULT_RANKING)} in that order (releases before git or path sources).")
 
 if not scenarios:
-    st.dataframe(rates, hide_index=True, column_config={"cells passing": st.column_config.NumberColumn(help="every repeat passed")})
+    if not tests:  # a suite's every test is listed above, with the same counts
+        rates = _pass_rates(common.version())
+        st.dataframe(rates, hide_index=True, column_config={"cells passing": st.column_config.NumberColumn(help="every repeat passed")})
     st.stop()
+if tests:
+    # the choice over thousands of tests takes seconds: made when asked, then kept while the choice is the same
+    wanted = (tuple(scenarios), str(machine), tuple(sorted(fixed.items())), str(gpu))
+    if st.button(f"Pin the {len(scenarios):,} test(s)", key="pin_go", type="primary"):
+        st.session_state["pin_asked"] = wanted
+    if st.session_state.get("pin_asked") != wanted:
+        st.stop()
 
 
 def _held(fixed: dict[str, str], gpu: str, machine: str) -> Constraints:
@@ -78,10 +95,11 @@ held = _held(fixed, "" if gpu == "any" else str(gpu), "" if machine == ANY_MACHI
 with st.spinner("choosing…"):
     result: PinResult = common.query(pin_from_store, tuple(scenarios), held, DEFAULT_RANKING)
 if not result.found:
-    st.error(f"No stored version set passes every chosen scenario {where.removeprefix('somewhere')}".rstrip() + ".")
-    never = [s for s in scenarios if s not in here]
+    chosen = "test" if tests else "scenario"
+    st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
+    never = [s for s in scenarios if s not in set(here)]
     if never:
-        st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {', '.join(never)}")
+        st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {grouping.name_many(never)}")
     st.code("\n".join(result.describe()), language=None)
     st.stop()
 
@@ -112,7 +130,7 @@ st.code(result.install_command(), language="bash")
 if result.excluded:
     st.subheader("Newer versions not used")
     st.dataframe(
-        pd.DataFrame([{"axis": e.axis, "version": e.version, "why": e.describe().split(": ", 1)[1]} for e in result.excluded]),
+        pd.DataFrame([{"axis": e.axis, "version": e.version, "why": e.describe()} for e in result.excluded]),
         hide_index=True,
         column_config={"why": st.column_config.TextColumn(width="large")},
     )

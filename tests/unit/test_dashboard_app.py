@@ -797,3 +797,76 @@ def test_every_page_of_a_suite_renders_grouped(suite_db: Path, monkeypatch: pyte
     else:
         assert "3 of 8 test(s) differ, in 2 class(es) or function(s)." in shown
     st.cache_data.clear()
+
+
+# -- the Pin page of a suite: every test listed, chosen as `harness pin --test/-m` chooses -------
+def test_the_pin_list_counts_each_test_per_machine(suite_db: Path) -> None:
+    with Store(suite_db, read_only=True) as store:
+        rows = {r["scenario"]: (r["gpu"], r["passing"], r["tested"]) for r in queries.test_pass_counts(store)}
+    assert len(rows) == len(SUITE)
+    assert rows["tests/test_a.py::TestLora::test_merge[4bit]"] == ("cpu", 1, 2)
+    assert rows["tests/test_a.py::test_flaky"] == ("cpu", 1, 2)  # an error in cell A's second run
+    assert rows["tests/test_b.py::TestQuant::test_skip"] == ("cpu", 0, 0)
+
+
+def test_the_pin_page_of_a_suite_lists_every_test_and_chooses_by_file_class_and_node_id(
+    suite_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import streamlit as st
+
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(suite_db))
+    st.cache_data.clear()
+    at = run(AppTest.from_file(APP, default_timeout=60), "pin")
+    listing = at.dataframe[0].value
+    assert list(listing["test"]) == sorted(SUITE)  # every node id, none left out of the list
+    assert not any(m.key == "pin_scenarios" for m in at.multiselect)  # no multiselect of thousands of ids
+    assert at.multiselect(key="pin_files").options == ["tests/test_a.py", "tests/test_b.py"]
+    assert at.multiselect(key="pin_classes").options == ["tests/test_a.py::TestLora", "tests/test_b.py::TestQuant"]
+    at.multiselect(key="pin_classes").set_value(["tests/test_b.py::TestQuant"]).run()
+    # its two tests were skipped or xfail everywhere: they say nothing on cpu, and are left out as the CLI leaves them out
+    assert "2 left out" in texts(at) and not any(b.key == "pin_go" for b in at.button)
+    at.multiselect(key="pin_classes").set_value([])
+    at.text_area(key="pin_tests").set_value("tests/test_a.py::TestLora::test_load\ntests/test_b.py::test_100%_literal\ntests/nope.py").run()
+    assert "**2** test(s) chosen" in texts(at) and "`tests/nope.py`" in at.warning[0].value
+    assert not at.metric  # nothing is pinned before it is asked for
+    at.button(key="pin_go").click().run()
+    assert {m.label: m.value for m in at.metric}["transformers"] == "5.23.0"  # both pass in C, the newer cell
+    at.text_area(key="pin_tests").set_value("tests/test_a.py").run()
+    at.button(key="pin_go").click().run()
+    assert "No stored version set passes every chosen test on cpu." in at.error[0].value  # merge fails in C, flaky in A
+    st.cache_data.clear()
+
+
+def test_the_pin_page_chooses_tests_by_their_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    marked = {"t/test_m.py::test_gpu": ["gpu"], "t/test_m.py::test_slow_gpu": ["gpu", "slow"], "t/test_m.py::test_plain": []}
+    path = tmp_path / "marked.duckdb"
+    with Store(path) as store:
+        store.ensure_run("s", "matrix.toml", "", {}, "0.1.0", CPU)
+        store.record_cell(record("s", "A"))
+        for node, markers in marked.items():
+            store.add_outcome(
+                Outcome(
+                    "s",
+                    cell_id("A"),
+                    node,
+                    0,
+                    Status.PASS,
+                    metrics={"markers": markers} if markers else {},
+                    started_at="2026-11-01T10:00:00",
+                )
+            )
+    monkeypatch.setenv("HARNESS_DASHBOARD_DB", str(path))
+    st.cache_data.clear()
+    at = run(AppTest.from_file(APP, default_timeout=60), "pin")
+    assert list(at.dataframe[0].value["markers"]) == ["gpu", "", "gpu, slow"]  # test_gpu, test_plain, test_slow_gpu
+    at.text_input(key="pin_marker").set_value("gpu and not slow").run()
+    assert "**1** test(s) chosen (1 tests in 1 groups: t/test_m.py (1))" in texts(at)
+    at.text_input(key="pin_marker").set_value("not gpu").run()  # a test stored with no marker has none
+    assert "**1** test(s) chosen" in texts(at)
+    at.text_area(key="pin_tests").set_value("t/test_m.py::test_slow_gpu").run()  # -m within the other choices
+    assert "chosen" not in texts(at)
+    at.text_input(key="pin_marker").set_value("gpu and (").run()
+    assert "not a marker expression" in at.warning[0].value
+    st.cache_data.clear()
