@@ -97,7 +97,8 @@ with st.spinner("choosing…"):
 if not result.found:
     chosen = "test" if tests else "scenario"
     st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
-    never = [s for s in scenarios if s not in set(here)]
+    passing = set(here)
+    never = [s for s in scenarios if s not in passing]
     if never:
         st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {grouping.name_many(never)}")
     st.code("\n".join(result.describe()), language=None)
