@@ -5,7 +5,7 @@
     nox -s dashboard                                     # the shipped results/default.duckdb
 
 Pages: Matrix, Failures, Cell, Compare, Pin (dashboard/views/). Every number comes from a query
-function in harness/store.py; the file is opened read-only. See docs/dashboard.md.
+function in harness/queries.py; the file is opened read-only. See docs/dashboard.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ fails by class, then a class's tests, only when asked (dashboard/suite.py); a se
 
 from __future__ import annotations
 
-import altair as alt
 import streamlit as st
 
 from dashboard import common, logic, suite
@@ -100,6 +99,8 @@ else:
     transitions = common.query(queries.transitions, scope, signature)
     moves = [t for t in transitions if t["kind"] in ("introduced", "fixed")]
     if moves:
+        import altair as alt  # 0.2 s to import: only where a timeline is drawn
+
         st.markdown(
             "**Version timeline** — where this failure was introduced (red) and fixed (green), per library: a dot is an exact "
             "release (it and the release before it both ran); a bar is a range, between the last version seen on the old side "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -77,6 +76,8 @@ if picked:
     common.open_cell(*picked)
 
 if st.toggle("Outcomes by scenario (chart)", key="matrix_chart"):
+    import altair as alt  # 0.2 s to import: only for the chart, on demand
+
     long = matrix.frame.melt(id_vars=["cell_id"], value_vars=list(matrix.scenarios), var_name="scenario", value_name="word")
     long = long[long["word"] != ""]
     long["status"] = long["word"].map(logic.status_of)
