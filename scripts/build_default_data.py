@@ -46,6 +46,9 @@ GPU_RUNS = [
     # declared their setups; its rerun with SETUP (2026-11-23) replaces it here, kept as evidence.
     *sorted((GPU / "h200x2-tp12-setup").glob("*.jsonl")),
     GPU / "h200-refine-bnb.jsonl",
+    # one trip to the runner (issue #22): the 5.6.2 -> 5.17.0 and 5.17.0 -> 5.23.0 ranges refined
+    # there from the wheelhouse, and gpu_peft_device_map_generate rerun with its SETUP
+    GPU / "h200-one-trip" / "one-trip.jsonl",
 ]
 
 
