@@ -26,9 +26,9 @@ MATRIX = Path(os.environ.get("HARNESS_MATRIX", "matrix.toml"))
 
 
 def _cell_ids() -> list[str]:
-    from harness.candidates import resolve_matrix
     from harness.errors import HarnessError
-    from harness.matrix import load_matrix
+    from harness.inputs.candidates import resolve_matrix
+    from harness.inputs.matrix import load_matrix
 
     try:
         return [cell.id for cell in resolve_matrix(load_matrix(MATRIX, lenient=True)).cells]

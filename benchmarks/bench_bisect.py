@@ -100,8 +100,8 @@ def _git(repo: Path, *args: str) -> str:
 
 def source_builds(work: Path, mirror: Path | None) -> None:
     sys.path.insert(0, str(REPO))
-    from harness.envs import build_env
-    from harness.matrix import Candidate, Cell, Settings
+    from harness.inputs.matrix import Candidate, Cell, Settings
+    from harness.running.envs import build_env
 
     repo = work / "tinypkg"
     (repo / "tinypkg").mkdir(parents=True)

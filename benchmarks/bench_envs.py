@@ -5,7 +5,7 @@
 Same pins for all three (torch 2.13.0 from the local CPU wheel folder, transformers 5.6.2,
 accelerate 1.13.0, peft 0.19.1, bitsandbytes 0.49.2, Python 3.11):
 
-- harness:  `harness.envs.build_env` into a fresh env root each repeat ("fresh": cold env,
+- harness:  `harness.running.envs.build_env` into a fresh env root each repeat ("fresh": cold env,
             warm uv cache), then again on the same root ("rebuild": the content-addressed env
             is reused);
 - pip:      `python -m venv` + `pip install` (warm pip cache: one untimed run first);
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from harness import envs as harness_envs
-from harness.envs import EnvResult, build_env, uv_binary
-from harness.matrix import Candidate, Cell, Settings
+from harness.inputs.matrix import Candidate, Cell, Settings
+from harness.running import envs as harness_envs
+from harness.running.envs import EnvResult, build_env, uv_binary
 
 PINS: dict[str, str] = {
     "torch": "2.13.0",

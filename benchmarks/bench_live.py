@@ -42,15 +42,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import store as store_module  # noqa: E402
-from harness.outcome import Outcome, Status  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis.outcome import Outcome, Status  # noqa: E402
+from harness.storage import store as store_module  # noqa: E402
+from harness.storage.store import Store  # noqa: E402
 
 READER = textwrap.dedent(
     """
     import sys, time, duckdb
-    from harness import queries
-    from harness.store import Store
+    from harness.storage import queries
+    from harness.storage.store import Store
     db, stop = sys.argv[1], sys.argv[2]
     import os
     reads = failures = 0
@@ -97,7 +97,7 @@ def timed_sweep(command: list[str], db: Path, with_reader: bool, work: Path, har
     """(wall seconds, reads, failed reads, whether the sweep failed) of one sweep into a new file."""
     env = {**os.environ, "PYTHONPATH": str(harness)}
     # The file exists before the reader starts, as when a dashboard is open on it.
-    subprocess.run([sys.executable, "-c", f"from harness.store import Store; Store({str(db)!r}).close()"], env=env, check=True)
+    subprocess.run([sys.executable, "-c", f"from harness.storage.store import Store; Store({str(db)!r}).close()"], env=env, check=True)
     stop = work / f"{db.name}.stop"
     reader = None
     if with_reader:

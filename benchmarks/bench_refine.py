@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 HARNESS = [sys.executable, "-m", "harness"]
 sys.path.insert(0, str(REPO))
 
-from harness import queries  # noqa: E402
 from harness.analysis.attribution import attribute  # noqa: E402
 from harness.analysis.refine import probes_needed  # noqa: E402
 from harness.analysis.versions import version_key  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.storage import queries  # noqa: E402
+from harness.storage.store import Store  # noqa: E402
 
 
 def sweep(matrix: Path, db: Path, extra: list[str]) -> tuple[float, str]:

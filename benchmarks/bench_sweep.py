@@ -45,8 +45,8 @@ from pathlib import Path
 
 import duckdb
 
-from harness.bundled import pack_dir
-from harness.scenarios import available
+from harness.inputs.bundled import pack_dir
+from harness.inputs.scenarios import available
 
 AXES: dict[str, list[str]] = {
     "torch": ["2.13.0"],

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import duckdb
 
-from harness.testsuite import parse_verbose, pytest_word
+from harness.running.testsuite import parse_verbose, pytest_word
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "matrices" / "peft-own-tests.toml"

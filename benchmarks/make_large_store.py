@@ -22,7 +22,7 @@ flaky failures, timeouts and OOMs on GPU, unresolvable cells, full freezes, trac
 output tails of realistic size, metrics, a few bisection runs (`bisect-…`), and the
 transitions that `harness attribute` computes from all of it.
 
-Schema and transitions go through `harness.store.Store`; the bulk of the outcome rows is
+Schema and transitions go through `harness.storage.store.Store`; the bulk of the outcome rows is
 appended with DuckDB's relational API (`insert_into`), because one `add_outcome` call per row
 would take minutes for a file that only a benchmark needs.
 """
@@ -42,10 +42,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import queries
 from harness.analysis.attribution import attribute, seen_versions, to_rows
-from harness.outcome import CellRecord
-from harness.store import OUTCOME_COLUMNS, Store
+from harness.analysis.outcome import CellRecord
+from harness.storage import queries
+from harness.storage.store import OUTCOME_COLUMNS, Store
 
 AXES: dict[str, list[str]] = {
     "torch": ["2.10.0", "2.11.0", "2.12.0", "2.13.0"],

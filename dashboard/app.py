@@ -5,7 +5,7 @@
     nox -s dashboard                                     # the shipped results/default.duckdb
 
 Pages: Matrix, Failures, Cell, Compare, Pin (dashboard/views/). Every number comes from a query
-function in harness/queries.py; the file is opened read-only. See docs/dashboard.md.
+function in harness/storage/queries.py; the file is opened read-only. See docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 # `streamlit run` puts dashboard/ on sys.path, not the folder that holds it: the repository
-# root in a checkout, harness/_bundled/ in an installed wheel (harness/bundled.py).
+# root in a checkout, harness/_bundled/ in an installed wheel (harness/inputs/bundled.py).
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)

@@ -5,7 +5,7 @@ connection per file while the dashboard is in use and closes it after IDLE_SECON
 query, so DuckDB's cache stays warm across clicks; `per-query` opens and closes the file around
 every query (each open starts DuckDB cold); `cached` keeps its connection for the server's
 life. None of them stands in a sweep's way: a sweep never writes the file in place (it folds
-its journal into a copy and swaps it in, harness/store.py), so a reader's lock is no obstacle.
+its journal into a copy and swaps it in, harness/storage/store.py), so a reader's lock is no obstacle.
 A held connection is a snapshot of the file and its journals, so it is opened again when they
 change. Query results are cached per file version (path, size and mtime of the file, its WAL
 and its journals): a file a sweep changed is read again. While a sweep writes to the file,
@@ -27,9 +27,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import streamlit as st
 
 from dashboard import logic
-from harness import bundled, journal, live, queries
 from harness.errors import StoreLocked
-from harness.store import Store
+from harness.inputs import bundled
+from harness.running import live
+from harness.storage import journal, queries
+from harness.storage.store import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -18,9 +18,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, grouping, logic
-from harness import queries
 from harness.analysis.pin import ANY_MACHINE, marker_matches, select_tests
 from harness.analysis.rows import machine_class
+from harness.storage import queries
 
 #: The most tests one table lists; past it, the page says how many matched and asks for a narrower search.
 LIMIT = 500
@@ -441,7 +441,7 @@ def _selected(
         return chosen, empty, ""
     markers = common.query(queries.test_markers)
     if not markers:
-        from harness.pinning import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
+        from harness.commands.pin import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
 
         return [], empty, f"-m {marker!r}: this file stores no markers; {MARKERS_NOT_STORED}"
     try:

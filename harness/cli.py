@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -15,20 +16,20 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__
+from harness.analysis.outcome import Outcome
 from harness.analysis.refine import Plan
-from harness.envs import EnvResult
+from harness.commands.summary import WIDTH, render_answer
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
-from harness.matrix import Cell, load_matrix
-from harness.outcome import Outcome
-from harness.resultsfile import open_results
-from harness.scenarios import select
-from harness.summary import WIDTH, render_answer
+from harness.inputs.matrix import Cell, load_matrix
+from harness.inputs.scenarios import select
+from harness.running.envs import EnvResult
+from harness.storage.opening import open_results
 
 if TYPE_CHECKING:
     from harness.analysis.bisect import Probe
-    from harness.bisection import Step
-    from harness.sweep import SweepOptions, SweepPlan
-    from harness.wheelhouse import WheelhouseReport
+    from harness.commands.bisect import Step
+    from harness.commands.wheelhouse import WheelhouseReport
+    from harness.running.sweep import SweepOptions, SweepPlan
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
@@ -146,7 +147,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep_options(args: argparse.Namespace) -> SweepOptions:
-    from harness.sweep import SweepOptions
+    from harness.running.sweep import SweepOptions
 
     options = SweepOptions(
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
@@ -164,7 +165,7 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
 
 
 def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
-    from harness.sweeping import run_sweep
+    from harness.commands.sweep import run_sweep
 
     def started(plan: SweepPlan) -> None:
         console.print(f"run [bold]{plan.run_id}[/]: {len(plan.cells)} cell(s) × {len(plan.scenarios)} scenario(s) -> {args.db}")
@@ -218,7 +219,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from harness.candidates import resolve_matrix
+    from harness.inputs.candidates import resolve_matrix
 
     if args.shards < 1:
         raise BadInput(f"--shards {args.shards}: give at least 1")
@@ -233,7 +234,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _slice(cells: list[Cell], shard: str) -> list[Cell]:
-    from harness.matrix import shard_cells
+    from harness.inputs.matrix import shard_cells
 
     return shard_cells(cells, *parse_shard(shard))
 
@@ -263,7 +264,7 @@ def _existing_duckdb(path: Path) -> str:
 
 
 def _cmd_list(args: argparse.Namespace, console: Console) -> int:
-    from harness.candidates import resolve_matrix
+    from harness.inputs.candidates import resolve_matrix
 
     resolved = resolve_matrix(load_matrix(args.matrix, lenient=True))
     for cell in resolved.cells:
@@ -272,8 +273,8 @@ def _cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
-    from harness import bundled
-    from harness.scenarios import PACK_PREFIX, available, project_dir
+    from harness.inputs import bundled
+    from harness.inputs.scenarios import PACK_PREFIX, available, project_dir
 
     chosen = select([f"{PACK_PREFIX}{args.pack}"]) if args.pack else select([]) if available() else []
     for scenario in chosen:
@@ -292,7 +293,7 @@ def _cmd_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
-    from harness.answering import answer
+    from harness.commands.answer import answer
 
     args.db = args.db_file or args.db
     with open_results(args.db, read_only=True) as store:
@@ -324,8 +325,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
-    from harness.attributing import attribute_file
-    from harness.summary import render_transitions
+    from harness.commands.attribute import attribute_file
+    from harness.commands.summary import render_transitions
 
     db = _existing_duckdb(args.db)
     done = attribute_file(Path(db), args.run_id, args.scenario, offline=args.offline)
@@ -428,9 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
-    from harness import queries
-    from harness.shardfile import read_records
-    from harness.store import Store
+    from harness.storage import queries
+    from harness.storage.shardfile import read_records
+    from harness.storage.store import Store
 
     missing = [str(p) for p in args.sources if not p.is_file()]
     if missing:
@@ -444,7 +445,7 @@ def _cmd_merge(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
-    from harness.wheelhouse import wheelhouse_for
+    from harness.commands.wheelhouse import wheelhouse_for
 
     report = wheelhouse_for(
         args.matrix,
@@ -494,7 +495,7 @@ def _print_refinement(report: WheelhouseReport, args: argparse.Namespace, consol
 
 
 def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:
-    from harness.bisection import BisectOptions, bisect_file, describe
+    from harness.commands.bisect import BisectOptions, bisect_file, describe
 
     options = BisectOptions(args.scenario, args.axis, args.good, args.bad, args.matrix, args.db, args.cell, _parse_pins(args.pin))
     options.git, options.repeat, options.allowed_failures, options.env_root = args.git, args.repeat, args.allowed_failures, args.env_root
@@ -549,8 +550,8 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
+    from harness.commands.pin import pin_file
     from harness.errors import EXIT_RUN_FAILED
-    from harness.pinning import pin_file
 
     db = _existing_duckdb(args.db)
     flags = {"machine": args.machine, "tests": args.test, "marker": args.marker}
@@ -588,7 +589,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from harness.reporting import report_file
+    from harness.commands.report import report_file
 
     if bool(args.signature) == bool(args.cell):
         raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
@@ -622,8 +623,8 @@ def _cmd_dashboard(args: argparse.Namespace, console: Console) -> int:
     import os
     import subprocess
 
-    from harness import bundled
     from harness.errors import BadInput
+    from harness.inputs import bundled
 
     db = args.db or (DEFAULT_DB if DEFAULT_DB.exists() else bundled.sample_db())
     if db is None:
@@ -679,8 +680,8 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
-    from harness.refinement import refine_and_attribute, write_probe_matrix
-    from harness.summary import render_transitions
+    from harness.commands.refine import refine_and_attribute, write_probe_matrix
+    from harness.commands.summary import render_transitions
 
     db = Path(_existing_duckdb(args.db))
     if args.plan:
@@ -720,7 +721,7 @@ def _add_init(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_init(args: argparse.Namespace, console: Console) -> int:
-    from harness.scaffold import init_project, next_steps
+    from harness.commands.init import init_project, next_steps
 
     print("\n".join(next_steps(init_project(args.dir))))
     return EXIT_OK
@@ -770,7 +771,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
-    from harness.watching import WatchOptions, print_round, watch
+    from harness.commands.watch import WatchOptions, print_round, watch
 
     log = Console(stderr=True, width=console.width)
     options = WatchOptions(args.matrix, args.db, args.exclude_newer, args.axis, args.scenario, args.env_root)
@@ -819,18 +820,27 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def console_width(compact: bool, tty: bool, columns: str) -> int | None:
+    """A terminal's own width (None: rich asks it, COLUMNS first). Piped output (CI logs, files):
+    the summary fits COLUMNS if it is set, else 100 columns; --wide and other commands get 200."""
+    if tty:
+        return None
+    if not compact:
+        return 200
+    return int(columns) if columns.isdigit() and int(columns) >= 20 else WIDTH
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # The same orderly stop as Ctrl-C: running scenarios are killed (they live in their own
     # sessions, which the scheduler's signal does not reach) and nothing half-done is stored.
     signal.signal(signal.SIGTERM, _terminate)
     # Every temporary folder of this run in one, gone when it ends; dead runs' gone now.
-    from harness import scratch
+    from harness.running import scratch
 
     scratch.claim()
-    # Piped output (CI logs, files): the summary is laid out for 100 columns; --wide wants 200.
     compact = args.command in ("sweep", "summary") and not getattr(args, "wide", False)
-    console = Console(width=None if sys.stdout.isatty() else (WIDTH if compact else 200))
+    console = Console(width=console_width(compact, sys.stdout.isatty(), os.environ.get("COLUMNS", "")))
     try:
         return COMMANDS[args.command](args, console)
     except HarnessError as exc:

@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.scenarios import available, load_scenario  # noqa: E402
-from harness.shardfile import read_records  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.inputs.scenarios import available, load_scenario  # noqa: E402
+from harness.storage.shardfile import read_records  # noqa: E402
+from harness.storage.store import Store  # noqa: E402
 
 GPU = REPO / "results" / "gpu"
 GPU_RUNS = [

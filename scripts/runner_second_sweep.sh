@@ -20,7 +20,7 @@ mkdir -p "$deps" "$out"
 export PATH="$deps/bin:$PATH" PYTHONPATH="$deps:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 nvidia-smi -L
 read -r -a scenarios <<< "$("${PYTHON:-python3}" -c 'import sys; from pathlib import Path
-from harness.matrix import load_matrix; from harness.scenarios import select
+from harness.inputs.matrix import load_matrix; from harness.inputs.scenarios import select
 names = select(load_matrix(Path(sys.argv[1])).settings.scenarios)
 print(" ".join(f"--scenario {s.path}" for s in names if s.requires.gpus <= 1))' "$matrix")"
 echo "$((${#scenarios[@]} / 2)) scenarios; env root $root"

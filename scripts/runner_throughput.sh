@@ -38,7 +38,7 @@ scenarios=()
 if [[ ${SAME_WORK:-1} == 1 ]]; then
   # the matrix's own scenarios (every one in scenarios/ if it names none), less multi-GPU ones
   read -r -a scenarios <<< "$("${PYTHON:-python3}" -c 'import sys; from pathlib import Path
-from harness.matrix import load_matrix; from harness.scenarios import select
+from harness.inputs.matrix import load_matrix; from harness.inputs.scenarios import select
 names = select(load_matrix(Path(sys.argv[1])).settings.scenarios)
 print(" ".join(f"--scenario {s.path}" for s in names if s.requires.gpus <= 1))' "$matrix")"
   echo "same work in both modes: $((${#scenarios[@]} / 2)) scenarios that need one GPU at most"

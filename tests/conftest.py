@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Suites written for the harness to run inside cells, with their own pytest configuration:
 # never part of this project's own run.
 collect_ignore = ["data"]
+# The CLI's piped output fits COLUMNS when it is set: the tests read it at its default width.
+os.environ.pop("COLUMNS", None)
 
 
 def run_cli(

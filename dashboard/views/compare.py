@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness import queries
+from harness.storage import queries
 
 st.title("Compare")
 common.data_banner()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness import queries
+from harness.commands import answer
+from harness.storage import queries
 
 COLUMNS = [
     "signature",
@@ -34,26 +35,18 @@ facets = common.query(queries.facets_without_scenarios if tests else queries.fac
 chosen = common.filters(facets, scenario=not tests)
 search = suite.search_controls(failing=False)[0] if tests else ""
 
-scopes = common.query(queries.transition_scopes)
-scope = ""
-if len(scopes) > 1:
-    scope = st.sidebar.selectbox(
-        "transitions computed from", scopes, format_func=lambda s: s or "all runs", key="scope", help="`harness attribute --run-id`"
-    )
-elif scopes:
-    scope = scopes[0]
-
 failures = common.query(queries.test_failure_summaries, chosen, search) if tests else common.query(queries.failure_summaries, chosen)
-summary = common.query(queries.transition_answer_groups, scope)
+# the answers the summary gives (stored by `harness attribute` while current, else computed now)
+answers = common.query(answer.failure_answers)
+summary = answers.summary
 # For a suite, the tests and files each signature hits; its scenarios column holds its biggest groups.
 columns = [*COLUMNS[: COLUMNS.index("cells") + 1], "tests", "files", *COLUMNS[COLUMNS.index("cells") + 1 :]] if tests else COLUMNS
 if not failures:
     st.success("No failures among the outcomes that match these filters.")
 else:
     table = suite.failure_table(failures, summary) if tests else logic.failures_frame(failures, summary)
-    st.markdown(f"**{len(table)}** failure signature(s) over the filtered outcomes; transitions from `harness attribute`.")
-    if not scopes:
-        st.caption("No transitions stored in this file: run `harness attribute --db FILE` to fill the introduced / fixed columns.")
+    source = "stored by `harness attribute`, current" if answers.stored else "computed from the outcomes now, as the summary's"
+    st.markdown(f"**{len(table)}** failure signature(s) over the filtered outcomes; answers {source}.")
     event = st.dataframe(
         table,
         key="failures_table",
@@ -96,7 +89,7 @@ else:
     if tests:
         suite.where_it_fails(signature, chosen, search)
 
-    transitions = common.query(queries.transitions, scope, signature)
+    transitions = answers.of(signature)
     moves = [t for t in transitions if t["kind"] in ("introduced", "fixed")]
     if moves:
         import altair as alt  # 0.2 s to import: only where a timeline is drawn
@@ -150,7 +143,7 @@ else:
                 ],
                 hide_index=True,
             )
-    elif scopes:
+    else:
         st.caption("No transition of this signature: it fails on every version tried, or never between neighbouring versions.")
 
 st.header("Bisections")

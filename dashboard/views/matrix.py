@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness import queries
+from harness.storage import queries
 
 st.title("Matrix")
 common.data_banner()

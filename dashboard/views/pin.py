@@ -11,9 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, grouping, logic, suite
-from harness import queries
 from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
-from harness.pinning import machines_of, newest_machine_of, passing_by_machine, pin_from_store
+from harness.commands.pin import machines_of, newest_machine_of, passing_by_machine, pin_from_store
+from harness.storage import queries
 
 st.title("Pin")
 overview = common.data_banner()

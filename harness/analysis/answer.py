@@ -1,7 +1,7 @@
 """What a results file answers, computed one way for every face. Pure.
 
 Every face (the CLI's commands, the summary, the report, the pin, the watch, refinement's
-rounds and the dashboard) reads a results file through `harness.answering.answer`, which
+rounds and the dashboard) reads a results file through `harness.commands.answer.answer`, which
 hands the rows it read and the releases the index listed to `answer_rows` here. An `Answer`
 holds:
 
@@ -108,7 +108,8 @@ class Answer:
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """Per signature, one row per distinct answer (kind, axis, both ends, what lies between,
-        machine) with how many lines of the matrix gave it: `queries.transition_summary`'s shape,
+        machine, the machine a difference passes on) with how many lines of the matrix gave it:
+        `queries.transition_answer_groups`' shape,
         computed fresh instead of read from what `harness attribute` stored."""
         groups: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in self.to_rows():
@@ -121,6 +122,7 @@ class Answer:
                 tuple(row["untested"]),
                 tuple(row["inconclusive"]),
                 row.get("machine") or "",
+                row.get("other_machine") or "",
             )
             found = groups.setdefault(
                 key,
@@ -133,6 +135,7 @@ class Answer:
                     "untested": list(row["untested"]),
                     "inconclusive": list(row["inconclusive"]),
                     "machine": row.get("machine") or "",
+                    "other_machine": row.get("other_machine") or "",
                     "description": row["description"],
                     "lines": 0,
                 },

@@ -189,7 +189,7 @@ class Sources:
         return args
 
     def uv_args(self) -> list[str]:
-        """As `harness.envs` hands them to uv when it builds a cell."""
+        """As `harness.running.envs` hands them to uv when it builds a cell."""
         args = ["--no-index"] if self.no_index else []
         if self.index_url:
             args += ["--default-index", self.index_url]

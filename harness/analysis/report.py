@@ -33,9 +33,9 @@ from packaging.utils import canonicalize_name
 from harness.analysis.attribution import Transition
 from harness.analysis.pin import KnownGoodSet, Sources
 from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of
+from harness.analysis.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
 from harness.analysis.versions import requirement, version_key
-from harness.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
 
 #: Library (canonical name) -> the GitHub repository that takes its issues.
 REPOSITORIES = {

@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from harness.store import Store
+from harness.storage.store import Store
 from tests.browser.conftest import REPO, streamlit_command
 from tests.browser.test_dashboard_browser import settle
 from tests.conftest import run_cli

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from harness.outcome import CellRecord
-from harness.store import OUTCOME_COLUMNS, Store
+from harness.analysis.outcome import CellRecord
+from harness.storage.store import OUTCOME_COLUMNS, Store
 from tests.browser.conftest import _free_port, serving, streamlit_command
 from tests.browser.test_dashboard_browser import settle
 

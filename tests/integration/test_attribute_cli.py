@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness import queries
-from harness.outcome import CellRecord, Outcome, Status
-from harness.store import MIGRATIONS, Store
+from harness.analysis.outcome import CellRecord, Outcome, Status
+from harness.storage import queries
+from harness.storage.store import MIGRATIONS, Store
 from tests.conftest import run_cli
 
 SCENARIO = "gemma4_peft_split_4bit_load"

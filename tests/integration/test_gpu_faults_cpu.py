@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.scenarios import load_scenario
+from harness.inputs.scenarios import load_scenario
 from tests.conftest import REPO, run_cli
 from tests.integration.test_sweep_light import write_matrix
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.outcome import CellRecord, Outcome, Status
-from harness.store import Store
+from harness.analysis.outcome import CellRecord, Outcome, Status
+from harness.storage.store import Store
 from tests.conftest import REPO, run_cli
 
 CPU_RUN, GPU_RUN = "r-cpu", "r-gpu"

@@ -17,8 +17,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness import journal, live
-from harness.store import Store
+from harness.running import live
+from harness.storage import journal
+from harness.storage.store import Store
 from tests.conftest import REPO, run_cli
 from tests.integration.test_sweep_light import write_matrix
 
@@ -82,7 +83,7 @@ def test_readers_of_every_kind_during_a_sweep(light: tuple[Path, list[Path], Pat
     Store(db).close()  # the file exists before the readers start
     raw = f"import duckdb; c = duckdb.connect({str(db)!r}, read_only=True); print(c.execute('SELECT count(*) FROM outcomes').fetchone()[0])"
     store = (
-        "from harness.store import Store; from harness import queries; "
+        "from harness.storage.store import Store; from harness.storage import queries; "
         f"s = Store({str(db)!r}, read_only=True); print(len(queries.outcome_rows(s))); s.close()"
     )
     readers: dict[str, Callable[[], subprocess.CompletedProcess[str]]] = {

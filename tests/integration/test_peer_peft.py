@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.testsuite import parse_verbose, pytest_word
+from harness.running.testsuite import parse_verbose, pytest_word
 from tests.conftest import REPO, run_cli
 
 MIRROR = Path(os.environ.get("HARNESS_PEFT_MIRROR", "/work/.mirror/huggingface+peft/repo"))

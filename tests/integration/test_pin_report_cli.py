@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.outcome import CellRecord, Outcome, Status
-from harness.store import Store
+from harness.analysis.outcome import CellRecord, Outcome, Status
+from harness.storage.store import Store
 from tests.conftest import run_cli
 
 LOAD, LORA, BROAD = "gemma4_peft_split_4bit_load", "gemma4_lora_inner_linear", "gemma4_lora_broad_targets"
@@ -120,7 +120,8 @@ def test_pin_writes_requirements_constraints_and_a_lock(db: Path, tmp_path: Path
     proc = run_cli("pin", "--db", str(db), "--scenario", LOAD, "--scenario", LORA, "--fix", "torch=2.13.0", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == f"pin for {LOAD}, {LORA} (rank: transformers, peft, accelerate, bitsandbytes, torch; constraints: torch==2.13.0, machine cpu)"
+    rank = "rank: transformers, peft, accelerate, bitsandbytes, torch"
+    assert lines[0] == f"pin for {LOAD}, {LORA} ({rank}; constraints: torch==2.13.0, machine cpu)"
     assert lines[1:6] == [
         "  torch         2.13.0+cpu",
         "  transformers  5.23.0",

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.envs import uv_binary
-from harness.runner import CellRunner
+from harness.running.envs import uv_binary
+from harness.running.runner import CellRunner
 from tests.conftest import run_cli
 
 CUDA_TORCH = """

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.envs import uv_binary
+from harness.running.envs import uv_binary
 from tests.conftest import git, run_cli
 
 SCENARIO = "from packaging import metadata  # new in packaging 23.1\nprint(metadata.__name__)\n"

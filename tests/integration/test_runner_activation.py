@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.envs import uv_binary
-from harness.runner import CellRunner, activation
+from harness.running.envs import uv_binary
+from harness.running.runner import CellRunner, activation
 
 PROBE = """
 import os, shutil, subprocess

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.runner import CellRunner
+from harness.running.runner import CellRunner
 
 FAKE_TORCH = """
 import types

@@ -18,8 +18,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness import journal
-from harness.store import Store
+from harness.storage import journal
+from harness.storage.store import Store
 from tests.conftest import run_cli
 from tests.integration.test_sweep_light import write_matrix
 

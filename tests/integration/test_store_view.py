@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 
-from harness import queries
-from harness.store import Store
+from harness.storage import queries
+from harness.storage.store import Store
 
 SHIPPED = Path(__file__).resolve().parents[2] / "results" / "default.duckdb"
 

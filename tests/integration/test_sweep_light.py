@@ -168,10 +168,11 @@ def test_process_isolation_gives_the_same_statuses(tmp_path: Path, env_root: Pat
 
 def test_the_matrix_scenarios_key_chooses_what_runs(tmp_path: Path) -> None:
     # the GPU runner's matrices name their scenarios; without --scenario, those run, not all
-    from harness.sweep import SweepOptions, plan
+    from harness.running.sweep import SweepOptions, plan
 
     matrix = tmp_path / "m.toml"
-    matrix.write_text('[matrix]\npython = "3.11"\nscenarios = ["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]\n\n[axes]\npackaging = ["24.0"]\n')
+    scenarios = '["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]'
+    matrix.write_text(f'[matrix]\npython = "3.11"\nscenarios = {scenarios}\n\n[axes]\npackaging = ["24.0"]\n')
     chosen = plan(SweepOptions(matrix, tmp_path / "out.duckdb")).scenarios
     assert sorted(s.name for s in chosen) == ["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]
     named = plan(SweepOptions(matrix, tmp_path / "out.duckdb", scenarios=["gemma4_lora_broad_targets"])).scenarios

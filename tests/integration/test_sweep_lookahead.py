@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.envs import EnvResult
-from harness.matrix import Cell
-from harness.outcome import Outcome
-from harness.schedule import Feed
-from harness.shardfile import open_store
-from harness.sweep import Sweep, SweepOptions, _close_runner, _Prepared, plan
+from harness.analysis.outcome import Outcome
+from harness.inputs.matrix import Cell
+from harness.running.envs import EnvResult
+from harness.running.schedule import Feed
+from harness.running.sweep import Sweep, SweepOptions, _close_runner, _Prepared, plan
+from harness.storage.opening import open_results as open_store
 from tests.integration.test_sweep_light import write_matrix
 
 

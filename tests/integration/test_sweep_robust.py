@@ -187,7 +187,7 @@ def test_git_axis_records_the_exact_commit(tmp_path: Path, env_root: Path) -> No
 
 
 def test_inherit_takes_the_base_interpreters_package_even_when_the_base_is_a_venv(tmp_path: Path, env_root: Path) -> None:
-    from harness.envs import uv_binary
+    from harness.running.envs import uv_binary
 
     base = tmp_path / "base"
     subprocess.run([uv_binary(), "venv", "-q", "--python", "3.11", str(base)], check=True)

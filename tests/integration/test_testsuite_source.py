@@ -22,7 +22,7 @@ timeout = 20
 packaging = ["23.2", "24.0", "24.1"]
 """
 CONFTEST = "import pytest\n\n@pytest.fixture\ndef release():\n    return '{tag}'\n"
-TESTS = '''
+TESTS = """
 import packaging
 
 
@@ -32,7 +32,7 @@ def test_installed_matches_the_tag(release):
 
 def test_only_at_{name}():
     assert {ok}
-'''
+"""
 
 
 def _git(repo: Path, *args: str) -> None:

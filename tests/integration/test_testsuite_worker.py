@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.status import Status
-from harness.runner import CellRunner
-from harness.testsuite import interpret_result, make_suite, meaning, run_suite
+from harness.running.runner import CellRunner
+from harness.running.testsuite import interpret_result, make_suite, meaning, run_suite
 
 SUITE = Path(__file__).resolve().parent.parent / "data" / "team_suite"
 FILE = "checks/check_sample.py"

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from harness.envs import uv_binary
+from harness.running.envs import uv_binary
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _free_port, _wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,8 @@ def project(tool: Tool) -> Path:
 
 def test_the_wheel_carries_the_dashboard_the_kit_and_the_forum_pack(tool: Tool) -> None:
     python = next((tool.root / "tools").glob("compat-harness/bin/python"))
-    code = "import harness, harness.bundled as b; print(harness.__file__, b.kit_dir(), b.dashboard_app(), b.checkout(), b.sample_db())"
+    code = "import harness, harness.inputs.bundled as b\n"
+    code += "print(harness.__file__, b.kit_dir(), b.dashboard_app(), b.checkout(), b.sample_db())"
     proc = tool.run([str(python), "-c", code], tool.root)
     assert proc.returncode == 0, proc.stderr
     where, kit, app, checkout, sample = proc.stdout.split()

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.envs import uv_binary
-from harness.runner import CellRunner
-from harness.zygote import ZygotePool
+from harness.running.envs import uv_binary
+from harness.running.runner import CellRunner
+from harness.running.zygote import ZygotePool
 
 FORK_AWARE_TORCH = """
 import os, types

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from harness.candidates import expand_find_links, index_for, resolve_matrix
-from harness.envs import EnvResult, build_env, uv_binary
-from harness.matrix import parse_matrix
-from harness.processes import CHILD
-from harness.runner import KIT_DIR, CellRunner
-from harness.zygote import ZygotePool
+from harness.inputs.candidates import expand_find_links, index_for, resolve_matrix
+from harness.inputs.matrix import parse_matrix
+from harness.running.envs import EnvResult, build_env, uv_binary
+from harness.running.processes import CHILD
+from harness.running.runner import KIT_DIR, CellRunner
+from harness.running.zygote import ZygotePool
 from tests.conftest import git_package
 
 pytestmark = pytest.mark.skipif(not os.environ.get("PIP_FIND_LINKS"), reason="needs PIP_FIND_LINKS naming a folder with a CPU torch wheel")

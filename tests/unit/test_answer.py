@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from harness import queries
 from harness.analysis.answer import answer_rows
 from harness.analysis.attribution import UNLISTED
+from harness.analysis.outcome import CellRecord, Outcome, Status
 from harness.analysis.refine import Probe, search
 from harness.analysis.versions import moment
-from harness.answering import answer, failure_answers
-from harness.outcome import CellRecord, Outcome, Status
-from harness.shardfile import ShardStore
-from harness.store import Store
+from harness.commands.answer import answer, failure_answers
+from harness.storage import queries
+from harness.storage.shardfile import ShardStore
+from harness.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = {"platform": "linux-x86_64", "gpu": "cpu", "python": "3.11"}
@@ -104,17 +104,39 @@ def test_either_kind_of_results_file_answers_alike_unlisted_axes_included(tmp_pa
     assert answer(shard, where=lambda rows: [r for r in rows if r["transformers"] == "5.7.0"]).transitions == ()
 
 
-def test_the_failures_page_gets_the_stored_tables_shapes_computed_fresh(tmp_path: Path) -> None:
+def test_the_failures_page_reads_stored_answers_only_while_they_are_current(tmp_path: Path) -> None:
+    keys = ["scenario", "signature", "kind", "axis", "before", "after", "untested", "held", "machine", "how", "description"]
     with Store(tmp_path / "r.duckdb") as store:
         _records(store)
-        found = answer(store)
-        store.replace_transitions(found.to_rows(), scope="")
-        stored_summary, stored = queries.transition_summary(store, ""), queries.transitions(store, "", SIG)
-        fresh = failure_answers(store)
-    assert fresh.summary == [{k: r[k] for k in fresh.summary[0]} for r in stored_summary]
-    keys = ["scenario", "signature", "kind", "axis", "before", "after", "untested", "held", "machine", "how", "description"]
-    assert [{k: t[k] for k in keys} for t in fresh.of(SIG)] == [{k: t[k] for k in keys} for t in stored]
-    assert fresh.of("no such signature") == []
+        fresh = failure_answers(store)  # nothing stored: computed now
+        store.replace_transitions(answer(store).to_rows(), scope="")
+        stored = failure_answers(store)  # stored after the newest outcome: read
+        assert (fresh.stored, stored.stored) == (False, True)
+        assert stored.summary == fresh.summary and [r["kind"] for r in stored.summary] == ["fixed", "flaky"]
+        assert "other_machine" in stored.summary[0]
+        assert [{k: t[k] for k in keys} for t in stored.of(SIG)] == [{k: t[k] for k in keys} for t in fresh.of(SIG)]
+        assert fresh.of(SIG) and fresh.of("no such signature") == []
+        # an outcome that started after the answers were stored: they no longer describe the file
+        later = datetime.now(UTC).replace(tzinfo=None).isoformat()
+        store.add_outcome(Outcome("r", "tf5.6.2-acc1.12.0", "load", 1, Status.ERROR, signature=SIG, started_at=later))
+        assert failure_answers(store).stored is False and queries.answers_current(store) is False
+
+
+def test_a_merge_that_adds_outcomes_drops_the_stored_answers(tmp_path: Path) -> None:
+    with ShardStore(tmp_path / "shard.jsonl") as shard:
+        _records(shard)
+        shard.add_outcome(Outcome("r", "tf5.6.2-acc1.10.0", "other", 0, Status.PASS, started_at="2026-01-01T00:00:00"))
+    from harness.storage.shardfile import read_records
+
+    with Store(tmp_path / "r.duckdb") as store:
+        _records(store)
+        store.replace_transitions(answer(store).to_rows(), scope="")
+        assert queries.answers_current(store)
+        assert store.merge_records(read_records(tmp_path / "shard.jsonl")) == 1  # only "other" is new
+        assert queries.transitions(store) == [] and not queries.answers_current(store)
+        store.replace_transitions(answer(store).to_rows(), scope="")
+        assert store.merge_records(read_records(tmp_path / "shard.jsonl")) == 0  # nothing new: the answers stay
+        assert queries.answers_current(store)
 
 
 def test_no_face_attributes_by_itself() -> None:
@@ -211,7 +233,7 @@ class _Index:
 
 
 def test_release_steps_are_the_final_releases_between_the_ends_good_end_first() -> None:
-    from harness.bisection import release_steps
+    from harness.commands.bisect import release_steps
     from harness.errors import BadInput
 
     index = _Index("1.9.0", "1.10.0", "1.11.0rc1", "1.11.0", "1.12.0", "1.13.0", yanked=("1.12.0",))
@@ -224,8 +246,8 @@ def test_release_steps_are_the_final_releases_between_the_ends_good_end_first() 
 def test_one_end_from_the_stored_outcomes_is_the_nearest_in_releases_between() -> None:
     from packaging.version import Version
 
-    from harness.bisection import BisectOptions, _fill_end_from_rows
-    from harness.matrix import Candidate, Cell
+    from harness.commands.bisect import BisectOptions, _fill_end_from_rows
+    from harness.inputs.matrix import Candidate, Cell
 
     base = Cell((Candidate("torch", "version", "2.13.0"), Candidate("accelerate", "version", "0")), "3.11")
 

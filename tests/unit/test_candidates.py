@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from harness.candidates import (
+from harness.errors import MatrixError
+from harness.inputs.candidates import (
     PackageIndex,
     Release,
     _parse_simple_html,
@@ -21,8 +22,7 @@ from harness.candidates import (
     period_date,
     resolve_matrix,
 )
-from harness.errors import MatrixError
-from harness.matrix import Candidate, Cell, parse_matrix
+from harness.inputs.matrix import Candidate, Cell, parse_matrix
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

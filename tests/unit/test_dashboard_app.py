@@ -30,12 +30,12 @@ sys.path.insert(0, str(REPO))  # dashboard/ is not part of the installed package
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import common, logic  # noqa: E402
-from harness import queries  # noqa: E402
 from harness.analysis.attribution import attribute, seen_versions, to_rows  # noqa: E402
+from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
 from harness.analysis.pin import Constraints  # noqa: E402
-from harness.outcome import CellRecord, Outcome, Status  # noqa: E402
-from harness.pinning import pin_from_store  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.commands.pin import pin_from_store  # noqa: E402
+from harness.storage import queries  # noqa: E402
+from harness.storage.store import Store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
 SIG_LOAD = "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ accelerate/utils/modeling.py:set_module"
@@ -226,9 +226,9 @@ def test_the_dashboard_lets_go_of_the_file_when_idle(tmp_path: Path, monkeypatch
 # -- matrix --------------------------------------------------------------------------------------
 LIVE_WRITER = """
 import sys, time
-from harness import store
-from harness.store import Store
-from harness.outcome import Outcome, Status
+from harness.storage import store
+from harness.storage.store import Store
+from harness.analysis.outcome import Outcome, Status
 store.FOLD_SECONDS = 3600.0  # nothing folded until the end: the dashboard reads the journal
 s = Store(sys.argv[1])
 s.ensure_run("r-live", "matrix.toml", "", {}, "0.1.0", {"hostname": "ci", "platform": "linux-x86_64", "gpu": "cpu", "gpus": []})

@@ -19,11 +19,11 @@ sys.path.insert(0, str(REPO))  # dashboard/ is not part of the installed package
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import logic  # noqa: E402
-from harness import queries  # noqa: E402
 from harness.analysis.attribution import MachineDifference, Transition  # noqa: E402
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict  # noqa: E402
-from harness.outcome import CellRecord, Outcome, Status  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
+from harness.storage import queries  # noqa: E402
+from harness.storage.store import Store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
 CPU = {"hostname": "ci", "platform": "linux-x86_64", "gpu_count": 0, "gpu": "cpu", "gpus": []}

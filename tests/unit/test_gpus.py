@@ -6,7 +6,7 @@ import random
 import threading
 import time
 
-from harness.gpus import GpuLocks
+from harness.running.gpus import GpuLocks
 
 
 def test_shared_holders_of_one_gpu_run_together() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.interpret import RawRun, interpret
-from harness.outcome import Status
+from harness.analysis.interpret import RawRun, interpret
+from harness.analysis.outcome import Status
 
 SP = "/work/.nox/cell-1/lib/python3.11/site-packages/"
 SCENARIO = "/work/scenarios/gemma4_lora_inner_linear.py"

@@ -1,10 +1,12 @@
-"""The layout is the architecture: `harness/analysis` is pure, and every face reads it.
+"""The layout is the architecture: the folders of harness/ are its layers, and each imports only
+the layers below it.
 
-matrix -> candidates -> envs -> runner/child -> outcome -> store -> analysis -> CLI/dashboard.
-The analysis package (statuses, versions, rows, attribution, refinement planning, bisection,
-pins, reports) imports only what an allow list names (stdlib modules that do no I/O, packaging,
-itself), so it can be tested with tables of cases. README's ## Layout names every module, by
-its exact file name, and no file that is not there.
+    cli.py -> commands/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
+
+The analysis package (statuses, versions, signatures, records, attribution, refinement and
+bisection searches, pins, reports) imports only what an allow list names (stdlib modules that
+do no I/O, packaging, itself, errors.py), so it can be tested with tables of cases. README's
+## Layout names every module by its path under harness/, and no file that is not there.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ ALLOWED_STDLIB = frozenset(
         "datetime",
         "enum",
         "functools",
+        "hashlib",  # a signature's id
         "itertools",
         "json",
         "pathlib",
         "re",
         "shlex",
+        "signal",  # a signal's name from its number (interpret), nothing sent
         "tomllib",
         "types",
         "typing",
@@ -43,7 +47,17 @@ ALLOWED_STDLIB = frozenset(
 ALLOWED_PACKAGES = ("packaging", "harness.analysis")
 #: Modules of the harness outside the package that it still borrows: leaves that import nothing
 #: of the harness and only the stdlib above (with hashlib), checked as the package is.
-BORROWED = {"harness.errors": "pin.py raises BadInput", "harness.signature": "report.py parses tracebacks"}
+BORROWED = {"harness.errors": "pin.py raises BadInput"}
+#: What each layer of harness/ may import of the harness ("harness" alone: its __version__).
+_RUNNING = ("harness", "harness.analysis", "harness.errors", "harness.inputs", "harness.storage", "harness.running")
+LAYERS = {
+    "analysis": ("harness.analysis", "harness.errors"),
+    "inputs": ("harness.analysis", "harness.errors", "harness.inputs"),
+    "storage": ("harness", "harness.analysis", "harness.errors", "harness.storage"),
+    "running": _RUNNING,
+    "commands": (*_RUNNING, "harness.commands"),
+}
+TOP = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -104,10 +118,9 @@ def _layout() -> str:
 
 
 def _named_files(token: str) -> list[Path]:
-    """The files a backticked `name.py` of the layout names: a path as given, or a module of
-    harness/ or harness/analysis/, or a file at the top of the repository."""
-    places = [REPO / token] if "/" in token else [REPO / "harness" / token, REPO / "harness" / "analysis" / token, REPO / token]
-    return [p for p in places if p.is_file()]
+    """The files a backticked `name.py` of the layout names: a path under harness/ (`cli.py`,
+    `running/sweep.py`), else from the top of the repository (`noxfile.py`, `dashboard/app.py`)."""
+    return [p for p in (REPO / "harness" / token, REPO / token) if p.is_file()][:1]
 
 
 def test_the_readme_layout_names_every_module_and_only_modules_that_exist() -> None:
@@ -116,7 +129,7 @@ def test_the_readme_layout_names_every_module_and_only_modules_that_exist() -> N
     unknown = sorted({t for t in tokens if not _named_files(t)})
     assert not unknown, f"README's layout names files that do not exist: {unknown}"
     named = {p for t in tokens for p in _named_files(t)}
-    modules = [*(REPO / "harness").glob("*.py"), *ANALYSIS]
+    modules = [p for p in (REPO / "harness").rglob("*.py") if "templates" not in p.parts]
     missing = sorted(str(p.relative_to(REPO)) for p in modules if p.stem not in ("__init__", "__main__") and p not in named)
     assert not missing, f"README's layout does not name {missing}"
 
@@ -126,12 +139,36 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
     # and nothing on that path (the CLI, the sweep, refinement's step) may import DuckDB.
     code = (
         "import sys\nsys.modules['duckdb'] = None  # importing it now raises ImportError\n"
-        "import harness.cli, harness.sweep, harness.sweeping, harness.refinement, harness.answering, harness.shardfile, harness.zygote\n"
+        "import harness.cli, harness.running.sweep, harness.running.zygote, harness.storage.shardfile, harness.storage.opening\n"
+        "import harness.commands.sweep, harness.commands.refine, harness.commands.answer\n"
         "from pathlib import Path\n"
-        "from harness.sweep import SweepOptions\n"
-        "from harness.sweeping import refine_step\n"
+        "from harness.running.sweep import SweepOptions\n"
+        "from harness.commands.sweep import refine_step\n"
         "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "refinement: off (--shard: refine the merged file)" in out.stdout
+
+
+def test_harness_has_only_its_layers_and_the_cli_at_the_top() -> None:
+    folders = {p.name for p in (REPO / "harness").iterdir() if p.is_dir() and p.name not in ("__pycache__", "templates")}
+    assert folders == set(LAYERS), f"harness/ holds {sorted(folders)}: a new folder is a new layer (add it to LAYERS and README)"
+    top = {p.name for p in (REPO / "harness").glob("*.py")}
+    assert top == TOP, f"harness/ holds modules outside its layers: {sorted(top - TOP)}"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "harness").glob("*/*.py")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_each_layer_imports_only_the_layers_below_it(path: Path) -> None:
+    allowed = LAYERS[path.parent.name]
+    harness = {m for m in _imports(path) if m == "harness" or m.startswith("harness.")}
+    bad = sorted(m for m in harness if not any(m == a or (a != "harness" and m.startswith(a + ".")) for a in allowed))
+    assert not bad, f"{path.parent.name}/{path.name} imports {bad}: {path.parent.name}/ may import only {allowed}"
+
+
+def test_no_two_modules_of_a_folder_differ_only_by_a_suffix() -> None:
+    # attributing/attribution, refinement/refine, ...: one name per concept, the folder says the layer.
+    for folder in [REPO / "harness", *(p for p in (REPO / "harness").iterdir() if p.is_dir())]:
+        stems = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+        pairs = [(a, b) for a in stems for b in stems if a != b and b.startswith(a) and b[len(a) :].isalpha()]
+        assert not pairs, f"{folder.relative_to(REPO)}: {pairs}"

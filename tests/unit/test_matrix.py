@@ -8,7 +8,7 @@ import pytest
 from packaging.version import Version
 
 from harness.errors import EXIT_BAD_INPUT, BadInput, MatrixError
-from harness.matrix import AxisEntry, Candidate, Cell, Settings, expand, git_ref, git_url_without_ref, parse_matrix, pick_versions
+from harness.inputs.matrix import AxisEntry, Candidate, Cell, Settings, expand, git_ref, git_url_without_ref, parse_matrix, pick_versions
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 HF = "git+https://github.com/huggingface/transformers"

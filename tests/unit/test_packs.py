@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import bundled
 from harness.errors import BadInput
-from harness.scenarios import lookup_names, select
+from harness.inputs import bundled
+from harness.inputs.scenarios import lookup_names, select
 
 REPO = Path(__file__).resolve().parents[2]
 FORUM = sorted(p.stem for p in (REPO / "scenarios").glob("*.py") if not p.name.startswith("_"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.culprits import dist_version as _dist_version
-from harness.matrix import DEFAULT_PRELOAD
+from harness.inputs.matrix import DEFAULT_PRELOAD
+from harness.running.culprits import dist_version as _dist_version
 
 FREEZE = {"torch": "2.11.0", "bitsandbytes": "0.49.2", "huggingface-hub": "1.33.0", "peft": "0.21.0"}
 
@@ -39,7 +39,7 @@ def test_cuda_runtime_is_read_without_importing_torch(tmp_path) -> None:  # type
     import subprocess
     import sys
 
-    from harness.envs import _CUDA_PROBE
+    from harness.running.envs import _CUDA_PROBE
 
     def probe(version_line: str) -> str:
         site = tmp_path / str(len(list(tmp_path.iterdir())))
@@ -56,8 +56,8 @@ def test_cuda_runtime_is_read_without_importing_torch(tmp_path) -> None:  # type
 
 
 def test_culprits_outlive_the_sweep_and_merge_with_a_parallel_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from harness.culprits import load as load_culprits
-    from harness.culprits import save as save_culprits
+    from harness.running.culprits import load as load_culprits
+    from harness.running.culprits import save as save_culprits
 
     path = tmp_path / "envs" / "cuda-culprits.json"
     assert load_culprits(path) == set()  # none yet

@@ -1,4 +1,4 @@
-"""Learned preloads: what a cell's scenarios imported, kept beside its env (harness/preloads.py),
+"""Learned preloads: what a cell's scenarios imported, kept beside its env (harness/running/preloads.py),
 and how the runner turns them into a fork server's preload entries."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import preloads
-from harness.runner import preload_entries
-from harness.scenarios import Scenario
+from harness.inputs.scenarios import Scenario
+from harness.running import preloads
+from harness.running.runner import preload_entries
 
 CONFIGURED = ["torch", "torch._dynamo", "transformers", "peft"]
 

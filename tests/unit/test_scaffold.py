@@ -15,10 +15,10 @@ import pytest
 
 from harness import __version__
 from harness.cli import build_parser
+from harness.commands.init import FILES, init_project
 from harness.errors import BadInput
-from harness.matrix import parse_matrix
-from harness.scaffold import FILES, init_project
-from harness.scenarios import load_scenario, select
+from harness.inputs.matrix import parse_matrix
+from harness.inputs.scenarios import load_scenario, select
 from tests.conftest import run_cli
 
 yaml = pytest.importorskip("yaml", reason="the workflow is checked with PyYAML (pip install -e '.[dev]')")

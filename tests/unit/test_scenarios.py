@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import BadInput
-from harness.scenarios import Requirements, Scenario, applicability, available, load_scenario, select
+from harness.inputs.scenarios import Requirements, Scenario, applicability, available, load_scenario, select
 
 #: At the top of every scenario written here: loading one must never run it.
 TRAP = 'raise SystemExit("the scenario was executed")\nimport torch_that_is_not_installed\n'

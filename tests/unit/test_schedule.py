@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.schedule import Help, Idle, Running, Shared, Tail, spares_for, worth_helping
+from harness.running.schedule import Help, Idle, Running, Shared, Tail, spares_for, worth_helping
 
 CASES = [
     # (id, running cells, sweep mean seconds, the cell to help or None)

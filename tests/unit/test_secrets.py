@@ -1,11 +1,11 @@
-"""Secrets are masked in everything stored (the module is harness/redact.py, formerly secrets.py)."""
+"""Secrets are masked in everything stored (the module is harness/analysis/redact.py, formerly secrets.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 try:
-    from harness import redact as secrets
+    from harness.analysis import redact as secrets
 except ImportError:  # the module's older name
     from harness import secrets  # type: ignore[no-redef]
 

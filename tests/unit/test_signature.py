@@ -6,7 +6,7 @@ import traceback
 
 import pytest
 
-from harness.signature import Frame, library_of, make_signature, mask_message, parse_traceback, status_signature
+from harness.analysis.signature import Frame, library_of, make_signature, mask_message, parse_traceback, status_signature
 
 SP = "/work/.nox/cell-1/lib/python3.11/site-packages/"
 SP_OTHER = "/home/ci/.venvs/cell-7/lib/python3.12/site-packages/"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import queries
+from harness.analysis.outcome import Outcome, Status
 from harness.errors import EXIT_BAD_INPUT, StoreError
-from harness.outcome import Outcome, Status
-from harness.store import MIGRATIONS, CellRecord, Store
+from harness.storage import queries
+from harness.storage.store import MIGRATIONS, CellRecord, Store
 
 RUN = "r-0123456789"
 CELL_A = "torch2.13.0-tf5.6.2-acc1.13.0-peft0.19.1-bnb0.49.2"

@@ -18,10 +18,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness import journal, queries, store
+from harness.analysis.outcome import CellRecord, Outcome, Status
 from harness.errors import EXIT_BAD_INPUT, StoreError, StoreLocked
-from harness.outcome import CellRecord, Outcome, Status
-from harness.store import Store
+from harness.storage import journal, queries, store
+from harness.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "r-live"
@@ -70,7 +70,7 @@ def count_raw(db: Path) -> int:
 def count_harness(db: Path) -> int:
     """What a harness reader (summary, the dashboard) sees, from another process."""
     code = (
-        "from harness.store import Store; from harness import queries; "
+        "from harness.storage.store import Store; from harness.storage import queries; "
         f"s = Store({str(db)!r}, read_only=True); print(queries.row_count(s)); s.close()"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -147,9 +147,9 @@ def test_two_writers_fold_each_key_once(db: Path) -> None:
     # Two processes journal overlapping keys (two sweeps of one run); the file keeps one row a key.
     code = """
         import sys
-        from harness import store
-        from harness.store import Store
-        from harness.outcome import Outcome, Status
+        from harness.storage import store
+        from harness.storage.store import Store
+        from harness.analysis.outcome import Outcome, Status
         store.FOLD_SECONDS = 0.0  # fold after every record: the two writers take turns on the file
         with Store(sys.argv[1]) as s:
             print("ready", flush=True)
@@ -171,9 +171,9 @@ def test_two_writers_fold_each_key_once(db: Path) -> None:
 def test_a_killed_writers_journal_is_read_and_then_folded_once(db: Path) -> None:
     code = """
         import os, sys
-        from harness import store
-        from harness.store import Store
-        from harness.outcome import Outcome, Status
+        from harness.storage import store
+        from harness.storage.store import Store
+        from harness.analysis.outcome import Outcome, Status
         store.FOLD_SECONDS = 3600.0
         s = Store(sys.argv[1])
         for i in range(5):
@@ -310,7 +310,7 @@ def test_a_journal_line_is_whole_or_absent(tmp_path: Path) -> None:
 def test_a_shard_sweep_needs_no_duckdb(tmp_path: Path) -> None:
     # The GPU runner writes JSON-lines shards and may have no duckdb: watching must not import it.
     code = (
-        "import sys; from harness import live; from harness.shardfile import ShardStore; "
+        "import sys; from harness.running import live; from harness.storage.shardfile import ShardStore; "
         f"s = ShardStore({str(tmp_path / 'x.jsonl')!r}); print(live.watched(s, None), 'duckdb' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -1,4 +1,4 @@
-"""One seam for results files (resultsfile.py): a DuckDB file (store.Store) and a JSON-lines shard
+"""One seam for results files (storage/resultsfile.py, opened by storage/opening.py): a DuckDB file (store.Store) and a JSON-lines shard
 (shardfile.ShardStore) behind one Protocol, picked in one place by the path's suffix."""
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
-from harness import live, queries
+from harness.analysis.outcome import CellRecord, Outcome, Status
 from harness.errors import StoreError
-from harness.outcome import CellRecord, Outcome, Status
-from harness.resultsfile import ResultsFile, open_results
-from harness.shardfile import ShardStore, known_releases, open_store, outcome_rows
-from harness.store import Store
-from harness.sweep import ResultStore, SilentReporter
+from harness.running import live
+from harness.running.sweep import ResultStore, SilentReporter
+from harness.storage import queries
+from harness.storage.opening import open_results
+from harness.storage.resultsfile import ResultsFile
+from harness.storage.shardfile import ShardStore
+from harness.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "r-seam"
@@ -80,15 +82,6 @@ def test_one_function_typed_against_the_protocol_works_on_both_kinds(tmp_path: P
         assert len(resumed.outcome_rows(RUN)) == 3
 
 
-@KINDS
-def test_the_functions_for_either_kind_are_the_methods(tmp_path: Path, name: str) -> None:
-    # cli and refinement call these with whatever open_store gave them: no isinstance behind them.
-    with open_store(tmp_path / name) as results:
-        write(results)
-        assert (outcome_rows(results, RUN), known_releases(results)) == (results.outcome_rows(RUN), results.known_releases())
-        assert outcome_rows(results) == results.outcome_rows()
-
-
 def test_the_duckdb_methods_are_the_named_queries(tmp_path: Path) -> None:
     with Store(tmp_path / "r.duckdb") as store:
         write(store)
@@ -106,7 +99,6 @@ def test_open_results_picks_the_kind_by_suffix(tmp_path: Path, name: str, kind: 
         assert type(results) is kind
     finally:
         results.close()
-    assert open_store is open_results  # the one place that chooses
     assert ResultStore is ResultsFile  # what a sweep writes through is the same seam
 
 
@@ -147,8 +139,8 @@ def test_a_shard_report_writes_nothing(tmp_path: Path) -> None:
 def test_no_class_of_the_results_files_exceeds_300_lines() -> None:
     # Issue #23: Store was one 600-line class (connections, journal folds, locking, snapshots, writes, merges).
     paths = [
-        *(REPO / "harness").glob("store*.py"),
-        *(REPO / "harness" / n for n in ("resultsfile.py", "shardfile.py", "journal.py", "live.py")),
+        *(REPO / "harness" / "storage").glob("*.py"),
+        REPO / "harness" / "running" / "live.py",
     ]
     sizes = {
         f"{path.name}:{node.name}": node.end_lineno - node.lineno + 1

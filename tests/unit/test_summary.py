@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import io
+import os
 import string
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from harness.summary import HANG, cell_statuses, failure_families, hang, render
+from harness.commands.summary import HANG, cell_statuses, failure_families, hang, render
 
 
 def rows_of(statuses: list[str], cell: str = "c1", scenario: str = "lora") -> list[dict[str, object]]:
@@ -264,3 +268,30 @@ def test_a_grid_wider_than_the_console_is_split_and_keeps_every_mark(width: int)
         per_scenario.setdefault(name, []).extend(marks)
     assert len(per_scenario) == 3 and all(len(marks) == 30 for marks in per_scenario.values())
     assert per_scenario["lora"] == ["."] * 30
+
+
+@pytest.mark.parametrize(
+    ("compact", "tty", "columns", "width"),
+    [
+        (True, False, "", 100),  # piped, nothing said: 100
+        (True, False, "72", 72),  # piped with COLUMNS: it
+        (True, False, "abc", 100),  # not a number: ignored
+        (True, False, "5", 100),  # too narrow to lay anything out: ignored
+        (False, False, "72", 200),  # --wide: the whole grid
+        (True, True, "72", None),  # a terminal: rich asks it (COLUMNS first)
+    ],
+)
+def test_the_console_width(compact: bool, tty: bool, columns: str, width: int | None) -> None:
+    from harness.cli import console_width
+
+    assert console_width(compact, tty, columns) == width
+
+
+def test_the_shipped_summary_fits_columns_when_piped() -> None:
+    shipped = str(Path(__file__).resolve().parents[2] / "results" / "default.duckdb")
+    widths = {}
+    for columns in ("", "72"):
+        env = {**os.environ, "COLUMNS": columns} if columns else {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        out = subprocess.run([sys.executable, "-m", "harness", "summary", shipped], capture_output=True, text=True, env=env, check=True)
+        widths[columns] = max(len(line) for line in out.stdout.splitlines())
+    assert widths["72"] <= 72 < widths[""] <= 100

@@ -1,0 +1,1 @@
+"""One module per harness command (and answer, which every face reads through): I/O around the analysis."""

@@ -1,0 +1,783 @@
+"""A sweep: every cell's env, every scenario in it, every outcome into the store.
+
+The steps are small and separate (as nox's workflow is): `plan` (validate everything, write
+nothing), then per cell prepare (env build, fork server: `schedule.Feed` does it ahead) →
+check applicability → run → interpret → store. Outcomes already stored for the run are not
+recomputed, so a killed sweep resumes where it stopped. The GPUs are `gpus.GpuPlan`'s, the
+memory of CUDA-initialising modules is `culprits.CudaCulprits`', and bisection and refinement
+drive single cells through `Sweep.run_cell`, which returns what they need to know (`CellRun`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sysconfig
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness import __version__
+from harness.analysis import outcome, versions
+from harness.analysis.interpret import Interpretation, RawRun, interpret
+from harness.analysis.outcome import CellRecord, Outcome
+from harness.analysis.redact import mask, secret_values
+from harness.analysis.status import Status
+from harness.errors import BadInput
+from harness.inputs.candidates import (
+    RELEASES_FILE,
+    IndexUnreachable,
+    PackageIndex,
+    ResolvedMatrix,
+    expand_find_links,
+    index_for,
+    install_tags,
+    listed_releases,
+    period_date,
+    python_version_of,
+    resolve_matrix,
+)
+from harness.inputs.matrix import Cell, MatrixSpec, load_matrix, shard_cells
+from harness.inputs.scenarios import Scenario, applicability, select
+from harness.inputs.testsource import NoTests, check_source
+from harness.running import hostinfo
+from harness.running.culprits import CudaCulprits
+from harness.running.envs import EnvResult, build_env
+from harness.running.gpus import GpuPlan
+from harness.running.preloads import learned_preload, remember
+from harness.running.runner import CellRunner
+from harness.running.schedule import Feed, Help, Idle, Tail
+from harness.running.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
+from harness.running.zygote import ZygotePool
+from harness.storage.resultsfile import ResultsFile
+
+Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
+
+
+@dataclass
+class SweepOptions:
+    matrix: Path
+    db: Path
+    cells: list[str] = field(default_factory=list)  # only these cell ids
+    scenarios: list[str] = field(default_factory=list)  # names or paths; overrides the matrix
+    run_id: str = ""
+    fresh: bool = False  # a new run (new id), so every outcome is computed again
+    model: str = ""
+    adapter: str = ""
+    device: str = ""
+    env_root: Path | None = None
+    jobs: int = 1  # cells built and run at once; with GPUs, each job gets one GPU
+    gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
+    shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
+    lookahead: bool = True  # a job prepares its next cell while it runs one
+    zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
+    help_tail: bool = True  # with several jobs: once no cell is left, idle jobs share the running ones
+    # A team's pytest suite as the checks (`harness/running/testsuite.py`): test paths under `tests_root`
+    # (the folder where the team types `pytest`), pytest's -k and -m, and the suite's own test
+    # dependencies, installed in every cell beside pytest and the plugins its configuration names.
+    tests: list[str] = field(default_factory=list)
+    tests_root: str = ""
+    keyword: str = ""
+    marker: str = ""
+    test_requirements: list[str] = field(default_factory=list)
+    # A package's own tests (`harness/inputs/testsource.py`): `tests_git` holds them, and each cell
+    # runs those of the tag of the `tests_of` version installed there.
+    tests_of: str = ""
+    tests_git: str = ""
+
+
+@dataclass
+class SweepPlan:
+    options: SweepOptions
+    spec: MatrixSpec
+    resolved: ResolvedMatrix
+    index: PackageIndex
+    scenarios: list[Scenario]
+    cells: list[Cell]
+    run_id: str
+    matrix_text: str
+
+
+#: What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`).
+ResultStore = ResultsFile
+
+
+class Reporter(Protocol):
+    def start(self, total: int) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def scenario_started(self, cell: Cell, scenario: str, repeat: int) -> None: ...
+    def outcome(self, outcome: Outcome, cell: Cell) -> None: ...
+    def finish(self) -> None: ...
+
+
+class SilentReporter:
+    def start(self, total: int) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def env_built(self, cell: Cell, env: EnvResult) -> None: ...
+    def scenario_started(self, cell: Cell, scenario: str, repeat: int) -> None: ...
+    def outcome(self, outcome: Outcome, cell: Cell) -> None: ...
+    def finish(self) -> None: ...
+
+
+@dataclass
+class CellRun:
+    """One cell driven by `Sweep.run_cell`: its outcomes and its env (was it built, or reused?)."""
+
+    outcomes: list[Outcome]
+    env: EnvResult
+
+
+def default_run_id(matrix_text: str, scenarios: list[Scenario]) -> str:
+    """Same matrix and same scenario files -> same run, so a rerun resumes it."""
+    h = hashlib.sha256(matrix_text.encode())
+    for scenario in sorted(scenarios, key=lambda s: s.name):
+        h.update(f"{scenario.name}:{scenario.digest()}".encode())
+    h.update(__version__.encode())
+    return "r-" + h.hexdigest()[:10]
+
+
+def plan(options: SweepOptions) -> SweepPlan:
+    """Validate everything a sweep needs before anything is written."""
+    spec = load_matrix(options.matrix, lenient=True)
+    index = index_for(spec.settings)
+    resolved = resolve_matrix(spec, index)
+    suite = suite_for(options, spec)
+    named = options.scenarios or spec.settings.scenarios  # the command line's, else the matrix's `scenarios`
+    scenarios: list[Scenario] = select(named) if named or not suite else []
+    if suite is not None:
+        scenarios.append(suite)
+    cells = resolved.cells
+    if options.cells:
+        known = {c.id: c for c in cells}
+        unknown = [c for c in options.cells if c not in known]
+        if unknown:
+            raise BadInput(f"unknown cell id(s) {', '.join(map(repr, unknown))}; list them with `harness list --matrix {options.matrix}`")
+        cells = [known[c] for c in options.cells]
+    if options.shard:
+        cells = shard_cells(cells, *options.shard)
+    text = options.matrix.read_text()
+    run_id = options.run_id or default_run_id(text, scenarios)
+    if options.fresh and not options.run_id:
+        run_id += datetime.now(UTC).strftime("-%Y%m%dT%H%M%S")
+    return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+
+
+def _suite(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
+    """The pytest suite to run, from the command line or the matrix's [tests] table; None if neither names one."""
+    table = spec.tests
+    paths = options.tests or list(table.get("paths", []))
+    root = options.tests_root or str(table.get("root", "")) or ("." if paths else "")
+    package, repo = options.tests_of or str(table.get("of", "")), options.tests_git or str(table.get("git", ""))
+    if not paths and not root and not package and not repo:
+        return None
+    keyword = options.keyword or str(table.get("k", ""))
+    marker = options.marker or str(table.get("m", ""))
+    timeout = float(table["timeout"]) if table.get("timeout") else None
+    if package or repo:
+        cache = (options.env_root or Path(spec.settings.env_dir)).resolve() / "suites"
+        return make_suite(cache, paths, keyword, marker, timeout, check_source(package, repo, cache))
+    return make_suite(root, paths, keyword, marker, timeout)
+
+
+def _test_requirements(options: SweepOptions, spec: MatrixSpec) -> list[str]:
+    return [*map(str, spec.tests.get("requirements", [])), *options.test_requirements]
+
+
+def suite_for(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
+    """The suite of the command line or the matrix's [tests] table, with what every cell needs to
+    run it (pytest, its plugins, the suite's requirements) added to `spec`'s extra requirements:
+    a sweep, a bisection and a watch build their cells alike. None if neither names a suite."""
+    suite = _suite(options, spec)
+    if suite is not None:
+        source, cache = suite.source, suite.root
+        config = (lambda name: source.read_config(name, cache)) if source is not None else suite.root
+        spec.settings.extra_requirements = [*spec.settings.extra_requirements, *needed_packages(config, _test_requirements(options, spec))]
+    return suite
+
+
+def suite_record(scenarios: list[Scenario], spec: MatrixSpec, options: SweepOptions) -> dict[str, Any]:
+    """The run's suite as its settings record it (`tests`), so that `harness report`, `bisect` and
+    `watch` know it from the results file alone; {} for a run of scenarios only."""
+    suite = next((s for s in scenarios if isinstance(s, Suite)), None)
+    if suite is None:
+        return {}
+    source = suite.source
+    where = {"of": source.package, "git": source.repo} if source is not None else {}
+    selection = {"root": str(suite.root), "paths": list(suite.paths), "k": suite.keyword, "m": suite.marker}
+    return {"tests": {**selection, "requirements": _test_requirements(options, spec), **where}}
+
+
+def scenario_env(options: SweepOptions) -> dict[str, str]:
+    env = {}
+    if options.model:
+        env["HARNESS_MODEL"] = options.model
+    if options.adapter:
+        env["HARNESS_ADAPTER"] = options.adapter
+    if options.device:
+        env["HARNESS_DEVICE"] = options.device
+    return env
+
+
+def cell_record(run_id: str, cell: Cell, env: EnvResult, secrets: list[str], origin: str = "matrix") -> CellRecord:
+    commits = {c.package: c.commit for c in cell.candidates if c.commit}
+    return CellRecord(
+        run_id,
+        cell.id,
+        cell.python,
+        cell.as_dict(),
+        [c.requirement() for c in cell.candidates],
+        env.freeze,
+        env.inherited,
+        commits,
+        env.status,
+        mask(env.message, secrets),
+        env.seconds,
+        env.reused,
+        env.cuda_runtime,
+        env.python_version,
+        origin,
+    )
+
+
+@dataclass
+class Ledger:
+    """Where a sweep's time went, for its closing line: env builds, fork-server starts, scenarios."""
+
+    env_seconds: float = 0.0
+    envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
+    server_start_seconds: float = 0.0
+    server_starts: int = 0
+    cuda_restarts: int = 0  # of those, starts again without modules found to initialise CUDA
+    cuda_chains: dict[str, None] = field(default_factory=dict)  # "peft → … → bitsandbytes.cextension", as found
+    scenario_seconds: float = 0.0
+    scenarios_run: int = 0  # outcomes behind scenario_seconds (not-applicable ones never run)
+    # of those, the scenario files' own run (their code, imports included), by the child's
+    # clock; the rest is forking, handing over and reading back, per scenario
+    scenario_run_seconds: float = 0.0
+    imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
+    helpers: int = 0  # second fork servers an idle job ran a cell's last scenarios on (tail help)
+    helpers_ahead: int = 0  # of those, started ahead, before the job was idle
+    spares_unused: int = 0  # started ahead and never taken (their start still counts above)
+
+    def count_servers(self, runner: CellRunner) -> None:
+        """A runner's fork-server starts (a spare's too: it was paid for), and the CUDA chains they found."""
+        self.server_start_seconds += runner.server_start_seconds
+        self.server_starts += runner.server_starts
+        self.cuda_restarts += runner.cuda_restarts
+        self.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
+
+    def mean_scenario_seconds(self) -> float:
+        """Per scenario run so far (0 before the first): the guess for a cell none of whose finished."""
+        return self.scenario_seconds / self.scenarios_run if self.scenarios_run else 0.0
+
+    def line(self, zygotes: str, culprits: str) -> str:
+        tail = ""
+        if self.helpers or self.spares_unused:
+            tail = f", tail help: {self.helpers} server(s) ({self.helpers_ahead} started ahead, {self.spares_unused} unused)"
+        return (
+            f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
+            f" ({self.server_starts}, {self.cuda_restarts} for CUDA; slowest imports: {_slowest(self.imports)}){tail},"
+            f" scenarios {self.scenario_seconds:.1f} s"
+            f" (their own code {self.scenario_run_seconds:.1f} s);"
+            f" not preloaded (CUDA at import): {culprits}"
+        )
+
+
+@dataclass
+class _Prepared:
+    """A cell ready to run: its env, and its started runner (None if the env failed)."""
+
+    cell: Cell
+    todo: Todo
+    env: EnvResult
+    runner: CellRunner | None
+    origin: str = "matrix"
+
+
+@dataclass(eq=False)  # by identity: the tail's key for the cell
+class _Shared:
+    """A cell's scenarios nobody has started yet; its job takes them one at a time, and so do
+    jobs that help it at the end of the sweep (each with its own fork server for the cell).
+    Whether and when they do is `schedule.Tail`'s to decide; this is what carries it out."""
+
+    ready: _Prepared
+    left: deque[tuple[Scenario, int]]
+    runnable: set[str]  # scenarios that can run here (the rest are not applicable: no cost)
+    imports: dict[str, list[str]] = field(default_factory=dict)  # what they imported, for `remember`
+    spare: Future[CellRunner] | None = None  # a second server started ahead, for the job that will help
+
+
+class Sweep:
+    def __init__(
+        self, plan: SweepPlan, store: ResultStore, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.plan = plan
+        self.store = store
+        self.reporter = reporter or SilentReporter()
+        self.secrets = secret_values(os.environ)
+        self.host = hostinfo.describe(plan.options.gpus)
+        self.settings = plan.spec.settings
+        self.env_root = (plan.options.env_root or Path(self.settings.env_dir)).resolve()
+        self.find_links = expand_find_links(self.settings.find_links)
+        self.libraries = tuple(plan.resolved.axes)
+        self.ledger = Ledger()
+        self.culprits = CudaCulprits(self.env_root)
+        self.gpus = GpuPlan(
+            plan.options.gpus, int(self.host.get("gpu_count", 0)), max(1, plan.options.jobs), int(self.host.get("cpus") or 0)
+        )
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
+        self._active: set[CellRunner] = set()
+        self._tail: Tail[_Shared] = Tail(1)  # the running cells idle jobs may share (`_run_jobs`' own)
+        self._run_recorded = False
+        zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
+        self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
+
+    # -- the whole sweep ----------------------------------------------------------------------
+    def keys_for(self, cell: Cell) -> Todo:
+        return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
+
+    def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> Todo:
+        return [(s, r) for s, r in self.keys_for(cell) if (cell.id, s.name, r) not in done]
+
+    def record_run(self) -> None:
+        """The run's row and the releases of its axes (what a range between tested versions is made of)."""
+        if self._run_recorded:
+            return
+        p = self.plan
+        # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
+        settings = {**asdict(self.settings), "find_links_expanded": self.find_links, **suite_record(p.scenarios, p.spec, p.options)}
+        self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
+        self.store.record_releases(p.run_id, self.releases())
+        self._run_recorded = True
+
+    def releases(self) -> dict[str, list[tuple[str, datetime | None]]]:
+        """Per axis with releases: every release the index offers this run's Python on this platform.
+
+        With `no_index` (an offline runner's wheelhouse) the index is never asked: the lists
+        come from the wheelhouse's RELEASES_FILE, written where the index was reachable
+        (`harness wheelhouse --refine-budget`). Without one, a folder of the wheels this matrix
+        needed says nothing of what lies between them, so nothing is listed and the run's
+        answers stay ranges until `harness attribute` asks the index.
+        """
+        axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
+        exclude = self.settings.exclude_newer
+        moment = versions.moment(exclude) if exclude != "period" else None  # "period": each cell's own moment
+        if self.settings.no_index:
+            return shipped_releases(self.find_links, axes, moment)
+        tags = install_tags(python_version_of(self.settings.python))
+        listed: dict[str, list[tuple[str, datetime | None]]] = {}
+        for axis in axes:
+            try:
+                listed[axis] = [(str(r.version), r.upload_time) for r in listed_releases(self.plan.index, axis, tags, moment)]
+            except IndexUnreachable:
+                continue  # attribution then treats the axis as unlisted: its answers stay ranges
+        return listed
+
+    def run(self) -> list[Outcome]:
+        """Every scenario in every cell of the plan that the run has not stored yet."""
+        self.record_run()
+        done = self.store.done_keys(self.plan.run_id)
+        return self.run_cells([(cell, todo) for cell in self.plan.cells if (todo := self.todo(cell, done))])
+
+    def run_cells(self, work: list[tuple[Cell, Todo]], origin: str = "matrix") -> list[Outcome]:
+        """Cells and what to run in each, on the sweep's jobs (refinement's probes come through here too)."""
+        self.record_run()
+        self.reporter.start(sum(len(t) for _, t in work))
+        produced = self._run_jobs(work, self.gpus.slots(), origin)
+        self.reporter.finish()
+        return produced
+
+    def close(self) -> None:
+        """Stop the zygotes. They serve every cell of the sweep, refinement's probes too, so the
+        sweep's owner closes it when it is done (`with Sweep(...)`); they die with the harness anyway."""
+        if self.zygotes is not None:
+            self.zygotes.close()
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def timing_line(self) -> str:
+        """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
+        zygotes = "zygotes off"
+        if self.zygotes is not None:
+            z = self.zygotes.stats
+            zygotes = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+            if z.refusals:
+                zygotes += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
+            if z.fallbacks:
+                zygotes += f", not forked from a zygote: {self.zygotes.describe_fallbacks()}"
+        return self.ledger.line(zygotes, self.culprits.describe())
+
+    def gpu_ids(self) -> list[str]:
+        return self.gpus.ids()
+
+    def _run_jobs(self, work: list[tuple[Cell, Todo]], slots: list[list[str]], origin: str = "matrix") -> list[Outcome]:
+        """Cells in matrix order, a job per slot (one GPU each when there are several jobs)."""
+        produced: list[Outcome] = []
+        # sysconfig's first initialisation is not thread-safe (uv's find_uv_bin and nox read it;
+        # two jobs saw get_config_var("EXE") return None): do it once, before any thread starts.
+        sysconfig.get_config_vars()
+        ahead = len(slots) if self.plan.options.lookahead else 0
+        feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
+
+        tail = self._tail = Tail[_Shared](len(slots), self.plan.options.help_tail)
+
+        def worker(slot: list[str]) -> None:
+            try:
+                while not self._stopping.is_set():
+                    if (ready := feed.next()) is not None:
+                        # the last cell handed out: the helpers' servers start now, while all are busy
+                        outcomes = self._run_prepared(ready, slot, tail.sharing, last=feed.exhausted())
+                    elif tail.sharing and (shared := self._idle_until_help()) is not None:
+                        outcomes = self._help(*shared, slot)
+                    else:
+                        return
+                    with self._lock:
+                        produced.extend(outcomes)
+            finally:
+                with self._lock:
+                    tail.job_gone()
+
+        pool = ThreadPoolExecutor(max_workers=len(slots)) if len(slots) > 1 else None
+        try:
+            if pool is None:
+                worker(slots[0])  # in this thread, so that Ctrl-C and SIGTERM land where they are handled
+            else:
+                for future in [pool.submit(worker, slot) for slot in slots]:
+                    future.result()
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            feed.close()
+            if pool is not None:
+                pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
+            with self._lock:  # after a stop: cells left unfinished, their spares unused
+                for shared in tail.end():
+                    self._discard_spare(shared)
+        return produced
+
+    def stop(self) -> None:
+        """Stop the sweep now: no new scenario starts, and those running are killed (not stored)."""
+        self._stopping.set()
+        with self._lock:
+            active = list(self._active)
+        for runner in active:
+            runner.kill_running()
+
+    # -- one cell ------------------------------------------------------------------------------
+    def run_cell(self, cell: Cell, todo: Todo, gpus: list[str] | None = None, *, origin: str = "matrix") -> CellRun:
+        """Build (or reuse) one cell's env and run `todo` in it: the seam bisection and refinement drive."""
+        self.record_run()
+        prepared = self._prepare(cell, todo, origin)
+        return CellRun(self._run_prepared(prepared, gpus), prepared.env)
+
+    def _prepare(self, cell: Cell, todo: Todo, origin: str = "matrix") -> _Prepared:
+        """Build the cell's env and start its fork server: everything before the first scenario.
+
+        Not tied to a job: the GPU a scenario runs on is set per scenario (`GpuPlan.lease`).
+        """
+        with self._lock:
+            self.reporter.cell_started(cell)
+        moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
+        env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
+        with self._lock:
+            self.ledger.env_seconds += env.seconds
+            self.ledger.envs_built += 0 if env.reused else 1
+            self.store.record_cell(cell_record(self.plan.run_id, cell, env, self.secrets, origin))
+            self.reporter.env_built(cell, env)
+        if not env.ready:
+            return _Prepared(cell, todo, env, None, origin)
+        return _Prepared(cell, todo, env, self._start_runner(env, self._runnable(env, todo)), origin)
+
+    def _runnable(self, env: EnvResult, todo: Todo) -> list[Scenario]:
+        return [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
+
+    def _start_runner(self, env: EnvResult, runnable: list[Scenario]) -> CellRunner:
+        """A runner for the cell, its fork server started (preloading) unless nothing can run."""
+        s = self.settings
+        # a `preload` module, or a library's learned modules (`peft.*`), at this version
+        avoid = self.culprits.avoid(env.freeze)
+        learned = learned_preload(env.location, runnable) if self.zygotes is not None and s.preload else None
+        runner = CellRunner(
+            env.python,
+            isolation=s.isolation,
+            preload=s.preload,
+            env=self.gpus.server_env(),
+            avoid=avoid,
+            learned=learned,
+            zygotes=self.zygotes,
+        )
+        try:
+            # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),
+            # unless no scenario can run here at all.
+            if runnable:
+                runner.start()
+        except BaseException:
+            runner.close()
+            raise
+        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)
+        return runner
+
+    def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, *, last: bool = False) -> list[Outcome]:
+        """Run a prepared cell; `share`: idle jobs may share it (`last`: no cell is left to hand out)."""
+        cell, env, runner = ready.cell, ready.env, ready.runner
+        run_id = self.plan.run_id
+        if runner is None:
+            failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
+            return [self._emit(o, cell) for o in failed]
+        runnable = {sc.name for sc in self._runnable(env, ready.todo)}
+        shared = _Shared(ready, deque(ready.todo), runnable)
+        if share:
+            with self._lock:
+                mean = self.ledger.mean_scenario_seconds()
+                counted = sum(s.name in runnable for s, _ in ready.todo)
+                for sh in self._tail.started(shared, len(ready.todo), counted, runner.server_start_seconds, last=last, mean=mean):
+                    # second fork servers, started in the background, for the cells idle jobs will share
+                    sh.spare = _in_background(partial(self._start_runner, sh.ready.env, self._runnable(sh.ready.env, list(sh.left))))
+        return self._drain(shared, runner, gpus)
+
+    def _discard_spare(self, shared: _Shared) -> None:
+        """A spare nobody took: closed once started, its start still counted (it was paid for)."""
+        spare, shared.spare = shared.spare, None
+        if spare is not None:
+            spare.add_done_callback(self._close_spare)
+
+    def _close_spare(self, done: Future[CellRunner]) -> None:
+        if done.exception() is not None:
+            return  # a failed start left nothing running; a helper taking it would have raised it
+        runner = done.result()
+        with self._lock:
+            self.ledger.count_servers(runner)
+            self.ledger.spares_unused += 1
+        runner.close()
+
+    def _idle_until_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
+        """No cell left to take: the running cell to share (`Tail.next_for_idle`), reserved for
+        this job, with its spare server if one was started ahead; None: go home.
+
+        Waiting rather than leaving at once: the job that took the last cell may still be
+        waiting for it to be prepared (it is not running yet), and a cell's mean scenario
+        time, hence whether sharing it pays, is only known once some of them finished.
+        """
+        with self._lock:
+            self._tail.job_idle()
+        try:
+            while not self._stopping.is_set():
+                with self._lock:
+                    decided = self._tail.next_for_idle(self.ledger.mean_scenario_seconds())
+                    if isinstance(decided, Help):
+                        helped = decided.cell
+                        spare, helped.spare = helped.spare, None
+                        return helped, spare
+                if decided is Idle.HOME:
+                    return None
+                time.sleep(0.2)
+            return None
+        finally:
+            with self._lock:
+                self._tail.job_back()
+
+    def _help(self, shared: _Shared, spare: Future[CellRunner] | None, gpus: list[str] | None) -> list[Outcome]:
+        """Run scenarios of a cell another job is running, on a second fork server of that cell
+        (the spare started ahead, waiting for it if its imports are not done yet)."""
+        try:
+            if spare is not None:
+                runner = spare.result()
+            else:
+                runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
+        except BaseException:
+            with self._lock:
+                self._tail.helper_failed(shared)
+            raise
+        with self._lock:
+            self.ledger.helpers += 1
+            self.ledger.helpers_ahead += spare is not None
+        return self._drain(shared, runner, gpus)
+
+    def _drain(self, shared: _Shared, runner: CellRunner, gpus: list[str] | None) -> list[Outcome]:
+        """Take the cell's scenarios one at a time until none is left, then account for the runner."""
+        cell, env = shared.ready.cell, shared.ready.env
+        outcomes = []
+        with runner:
+            with self._lock:
+                self._active.add(runner)
+            try:
+                while not self._stopping.is_set():
+                    with self._lock:
+                        if not shared.left:
+                            break
+                        scenario, repeat = shared.left.popleft()
+                        self._tail.took(shared, scenario.name in shared.runnable)
+                    with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
+                        with self._lock:
+                            self.reporter.scenario_started(cell, scenario.name, repeat)
+                        if isinstance(scenario, Suite):
+                            outcomes += self._run_suite(runner, cell, scenario, repeat, env, request_env)
+                            continue
+                        made = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
+                    if self._stopping.is_set():
+                        break  # killed by the stop: not an outcome; the rerun runs it again
+                    if scenario.name in shared.runnable:
+                        with self._lock:
+                            self._tail.finished(shared, made.seconds)
+                    outcomes.append(self._emit(made, cell))
+            finally:
+                with self._lock:
+                    self._active.discard(runner)
+            self._runner_done(shared, runner)
+        return outcomes
+
+    def _runner_done(self, shared: _Shared, runner: CellRunner) -> None:
+        """Its imports and CUDA culprits kept; the cell's learned preloads written by the last job on it."""
+        env = shared.ready.env
+        with self._lock:
+            self.ledger.count_servers(runner)
+            for module, seconds in runner.preload_seconds.items():
+                self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
+            shared.imports.update(runner.imports)
+            last = self._tail.done(shared)
+            if last:
+                self._discard_spare(shared)
+        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)  # a server restarted mid-cell may have found more
+        self.culprits.learn(runner.culprit_importers, env.freeze, runner.culprit_importers)
+        if last and self.zygotes is not None and self.settings.preload:
+            learned = [m for e in runner.entries if e["name"] in runner.preloaded and _learned_entry(e) for m in e["modules"]]
+            remember(env.location, [s for s, _ in shared.ready.todo], shared.imports, learned)
+
+    def _emit(self, made: Outcome, cell: Cell) -> Outcome:
+        with self._lock:  # one writer at a time: DuckDB connections are not shared across threads
+            self.store.add_outcome(made)
+            self.reporter.outcome(made, cell)
+        return made
+
+    def _run_suite(
+        self, runner: CellRunner, cell: Cell, suite: Suite, repeat: int, env: EnvResult, request_env: dict[str, str]
+    ) -> list[Outcome]:
+        """The suite in this cell: every test's outcome stored as it comes (a stopped sweep keeps
+        them), those stored already left out (resume)."""
+        run_id = self.plan.run_id
+        try:
+            suite = suite.in_cell(env.freeze)
+        except (NoTests, subprocess.CalledProcessError) as err:
+            said = str(err) if isinstance(err, NoTests) else f"git failed: {(err.stderr or '').strip()[:300]}"
+            return [self._emit(_no_tests(run_id, cell.id, suite, said), cell)]
+        done = [s for c, s, r in self.store.done_keys(run_id) if c == cell.id]
+        events, output = runner.tmp / "suite-events.jsonl", runner.tmp / "suite-output.log"
+        timeout = float(suite.timeout or self.settings.timeout)
+        env_vars = {**scenario_env(self.plan.options), **request_env}
+
+        def start(skip: list[str]) -> tuple[int | None, int | None]:
+            return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars)
+
+        made: list[Outcome] = []
+        for event in run_suite(start, runner.kill_running, events, timeout, done=done):
+            if event.get("event") == "imported":
+                runner.imports[str(suite.path.resolve())] = [str(m) for m in event.get("modules", [])]
+            found = _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)
+            if found is not None and not self._stopping.is_set():
+                with self._lock:
+                    self.ledger.scenario_seconds += found.seconds
+                    self.ledger.scenarios_run += 1
+                made.append(self._emit(found, cell))
+        return made
+
+    def _run_one(
+        self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]
+    ) -> Outcome:
+        run_id = self.plan.run_id
+        reason = applicability(scenario, env.freeze, gpu_count)
+        if reason:
+            return outcome.not_applicable(run_id, cell.id, scenario.name, repeat, reason)
+        timeout = float(scenario.timeout or self.settings.timeout)
+        started = datetime.now(UTC).replace(tzinfo=None).isoformat()
+        raw = runner.run(scenario.path, timeout, {**scenario_env(self.plan.options), **request_env})
+        with self._lock:
+            self.ledger.scenario_seconds += raw.seconds
+            self.ledger.scenarios_run += 1
+            self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
+        meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
+        return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
+
+
+def _suite_outcome(
+    run_id: str, cell_id: str, event: dict[str, Any], libraries: list[str], secrets: list[str], suite: Suite
+) -> Outcome | None:
+    """One worker event -> one stored outcome (a test's result, a file that failed to import,
+    a worker that never got to a test); None for the events that are not outcomes."""
+    kind = event.get("event")
+    if kind == "collect_error":
+        event = {**event, "status": "error", "phase": "collection", "message": event.get("message", "")}
+    elif kind == "worker_died":
+        event = {**event, "nodeid": " ".join(suite.paths) or ".", "status": "crash", "exception_type": "worker"}
+    elif kind != "result":
+        return None
+    result = interpret_result(event, libraries)
+    marks = {"markers": [str(m) for m in event["markers"]]} if event.get("markers") else {}
+    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="", metrics=marks)
+    return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
+
+
+def shipped_releases(folders: list[str], axes: list[str], moment: datetime | None) -> dict[str, list[tuple[str, datetime | None]]]:
+    """The release lists a wheelhouse carries (candidates.RELEASES_FILE) for `axes`, uploaded by `moment`."""
+    for folder in folders:
+        path = Path(folder) / RELEASES_FILE
+        if path.is_file():
+            data = json.loads(path.read_text())
+            listed: dict[str, list[tuple[str, datetime | None]]] = {}
+            for axis in axes:
+                if axis in data:
+                    pairs = [(str(v), datetime.fromisoformat(t) if t else None) for v, t in data[axis]]
+                    listed[axis] = [(v, t) for v, t in pairs if moment is None or t is None or t <= moment]
+            return listed
+    return {}
+
+
+def _no_tests(run_id: str, cell_id: str, suite: Suite, why: str) -> Outcome:
+    """The suite could not be had in this cell (no tag for its version): inconclusive, not a failure."""
+    name = " ".join(suite.paths) or (f"{suite.source.package} tests" if suite.source else ".")
+    said = Interpretation(Status.INCONCLUSIVE, why, None, "")
+    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=0.0, output_tail="")
+    return outcome.scenario_outcome(run_id, cell_id, name, 0, said, raw, [])
+
+
+def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:
+    """`start()` on a daemon thread (as `Feed` prepares cells: Ctrl-C must not wait on imports)."""
+    done: Future[CellRunner] = Future()
+
+    def go() -> None:
+        try:
+            done.set_result(start())
+        except BaseException as exc:  # handed to the helper that takes the spare
+            done.set_exception(exc)
+
+    threading.Thread(target=go, daemon=True).start()
+    return done
+
+
+def _learned_entry(entry: dict[str, Any]) -> bool:
+    """A preload entry from the cell's learned modules: a library's group, or one split from it."""
+    return str(entry["name"]).endswith(".*") or "group" in entry
+
+
+def _close_runner(prepared: _Prepared) -> None:
+    if prepared.runner is not None:
+        prepared.runner.close()
+
+
+def _slowest(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{m} {s:.1f}" for m, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:3]) or "-"

@@ -1,0 +1,217 @@
+"""Records as the rows of a results file: the rules by which a fold, a merge and a reader's view write them.
+
+A record is one line of a writer's journal or of a JSON-lines shard (`shardfile.py`): a run, a
+cell, an outcome or a run's list of releases. `Rows.of` turns records into table rows by the
+rules of each table, `apply` inserts them, and `merge_database` and `replace_transitions` are the
+other bulk writes; each works on a connection `store.Store` hands it inside one of its writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_COLUMNS, RUN_COLUMNS, now
+
+
+# -- records (a journal's lines, a shard's lines) as rows ------------------------------------
+def _outcome_row(rec: dict[str, Any]) -> list[Any]:
+    row = {**rec, "metrics": json.dumps(rec.get("metrics") or {}), "started_at": rec.get("started_at") or now()}
+    return [row.get(c) for c in OUTCOME_COLUMNS]
+
+
+def _cell_row(rec: dict[str, Any]) -> list[Any]:
+    row = {
+        **rec,
+        **{
+            k: json.dumps(rec.get(k) or ({} if k != "requirements" else []))
+            for k in ("versions", "requirements", "inherited", "git_commits")
+        },
+        "installed": json.dumps(rec.get("freeze") or {}),
+        "built_at": rec.get("built_at") or now(),
+        "cuda_runtime": rec.get("cuda_runtime") or "",
+        "python_version": rec.get("python_version") or "",
+        "origin": rec.get("origin") or "matrix",
+    }
+    return [row.get(c) for c in CELL_COLUMNS]
+
+
+def _run_row(rec: dict[str, Any]) -> list[Any]:
+    row = {
+        **rec,
+        "started_at": rec.get("started_at") or now(),
+        "settings": json.dumps(rec.get("settings") or {}, default=str),
+        "host": json.dumps(rec.get("host") or {}, default=str),
+    }
+    return [row.get(c) for c in RUN_COLUMNS]
+
+
+def _release_rows(rec: dict[str, Any]) -> list[list[Any]]:
+    versions = list(rec.get("versions") or [])
+    uploaded = list(rec.get("uploaded") or [None] * len(versions))
+    return [[rec["run_id"], rec["axis"], str(v), u] for v, u in zip(versions, uploaded)]
+
+
+def _insert(table: str, columns: Sequence[str], conflict: str = "", rows: int = 1) -> str:
+    verb = "INSERT OR REPLACE" if conflict == "replace" else "INSERT"
+    tail = " ON CONFLICT DO NOTHING" if conflict == "nothing" else ""
+    values = ", ".join(["(" + ", ".join("?" for _ in columns) + ")"] * rows)
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES {values}{tail}"
+
+
+def insert_many(
+    con: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str], rows: Iterable[list[Any]], conflict: str = "", counted: bool = False
+) -> int:
+    """Insert rows a few hundred to a statement (DuckDB's executemany prepares each row: 30x
+    slower, 10 s for 5,000 outcomes); returns the rows inserted when `counted`."""
+    pending = list(rows)
+    added = 0
+    for start in range(0, len(pending), 200):
+        chunk = pending[start : start + 200]
+        sql = _insert(table, columns, conflict, len(chunk)) + (" RETURNING 1" if counted else "")
+        cur = con.execute(sql, [value for row in chunk for value in row])
+        added += len(cur.fetchall()) if counted else 0
+    return added
+
+
+@dataclass
+class Rows:
+    """Records (a journal's, a shard's) as the rows a fold writes, by the rules of each table:
+    an outcome or a run is never overwritten (the first stored wins: two sweeps of one run
+    computing one key leave one row), a cell's latest env facts replace the earlier ones, and a
+    run's latest list of releases of an axis replaces its earlier list."""
+
+    outcomes: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
+    runs: dict[Any, list[Any]] = field(default_factory=dict)
+    cells: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
+    releases: dict[tuple[Any, ...], list[list[Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: Iterable[dict[str, Any]]) -> Rows:
+        rows = cls()
+        for rec in records:
+            kind = rec.get("type")
+            if kind == "outcome":
+                rows.outcomes.setdefault((rec["run_id"], rec["cell_id"], rec["scenario"], int(rec["repeat"])), _outcome_row(rec))
+            elif kind == "run":
+                rows.runs.setdefault(rec["run_id"], _run_row(rec))
+            elif kind == "cell":
+                rows.cells[(rec["run_id"], rec["cell_id"])] = _cell_row(rec)
+            elif kind == "releases":
+                rows.releases[(rec["run_id"], rec["axis"])] = _release_rows(rec)
+        return rows
+
+    def __bool__(self) -> bool:
+        return bool(self.outcomes or self.runs or self.cells or self.releases)
+
+
+def apply(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> int:
+    """Write records into the tables, as their writers meant them (`Rows`); returns the outcomes added."""
+    rows = Rows.of(records)
+    insert_many(con, "runs", RUN_COLUMNS, rows.runs.values(), "nothing")
+    insert_many(con, "cells", CELL_COLUMNS, rows.cells.values(), "replace")
+    for (run_id, axis), listed in rows.releases.items():
+        con.execute("DELETE FROM releases WHERE run_id = ? AND axis = ?", [run_id, axis])
+        insert_many(con, "releases", RELEASE_COLUMNS, listed, "nothing")
+    return insert_many(con, "outcomes", OUTCOME_COLUMNS, rows.outcomes.values(), "nothing", counted=True)
+
+
+def merge_records(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> int:
+    """Bring a JSON-lines shard (or a journal) in, in one transaction; returns the outcomes added."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        added = apply(con, records)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return added
+
+
+def merge_database(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """Bring another DuckDB results file in, in one transaction; returns the outcomes added."""
+    before = _count(con)
+    con.execute("ATTACH ? AS other (READ_ONLY)", [str(path)])
+    try:
+        con.execute("BEGIN TRANSACTION")
+        # BY NAME: a file written by another harness version may order its columns differently
+        con.execute("INSERT INTO runs BY NAME SELECT * FROM other.runs ON CONFLICT DO NOTHING")
+        con.execute("INSERT OR REPLACE INTO cells BY NAME SELECT * FROM other.cells")
+        con.execute("INSERT INTO outcomes BY NAME SELECT * FROM other.outcomes ON CONFLICT DO NOTHING")
+        if _attached_has(con, "releases"):
+            con.execute("INSERT INTO releases BY NAME SELECT * FROM other.releases ON CONFLICT DO NOTHING")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.execute("DETACH other")
+    return _count(con) - before
+
+
+# -- answers (analysis.attribution computes them; queries.transitions reads them) -------------
+_TRANSITION_COLUMNS = (
+    "scope",
+    "scenario",
+    "signature",
+    "signature_family",
+    "axis",
+    "kind",
+    "before",
+    "after",
+    "untested",
+    "inconclusive",
+    "held",
+    "machine",
+    "other_machine",
+    "how",
+    "before_cell",
+    "after_cell",
+    "runs",
+    "description",
+)
+_TRANSITION_JSON = frozenset({"untested", "inconclusive", "held", "runs"})
+
+
+def replace_transitions(
+    con: duckdb.DuckDBPyConnection, rows: Iterable[dict[str, Any]], scope: str, scenarios: Sequence[str], stamp: datetime
+) -> int:
+    """Transitions in place of the old ones of `scope` (of `scenarios` only, if any), computed at
+    `stamp`, in one transaction; returns the rows written."""
+    delete = "DELETE FROM transitions WHERE scope = ?"
+    params: list[Any] = [scope]
+    if scenarios:
+        delete += f" AND scenario IN ({', '.join('?' for _ in scenarios)})"
+        params.extend(scenarios)
+    columns = _TRANSITION_COLUMNS
+    insert = f"INSERT INTO transitions ({', '.join(columns)}, seq, computed_at) VALUES ({', '.join('?' for _ in columns)}, ?, ?)"
+    written = 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(delete, params)
+        for row in rows:
+            values = [json.dumps(row.get(c)) if c in _TRANSITION_JSON else row.get(c) for c in columns]
+            values[0] = scope
+            con.execute(insert, [*values, written, stamp])
+            written += 1
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return written
+
+
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT count(*) FROM outcomes").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _attached_has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_catalog = 'other' AND table_name = ?", [table]).fetchone()
+    return bool(row and row[0])
