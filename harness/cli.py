@@ -531,7 +531,7 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
         "-m",
         "--marker",
         default="",
-        help="not stored with outcomes: sweep with -m EXPR and pin over that file's tests (this flag says so and stops)",
+        help="tests whose stored pytest markers match this expression, as pytest reads -m (within --test when given)",
     )
     p.add_argument(
         "--machine",

@@ -283,12 +283,13 @@ def pin_file(
         runs = queries.runs(store)
         markers = queries.test_markers(store) if marker else {}
     rows = found.rows
+    selection = (*tests, *((f"-m {marker!r}",) if marker else ()))  # as the user typed it, not the node ids it expands to
     if marker:
         tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
     ranking = check_request(rows, str(db), scenarios, constraints, rank)
     constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes))
     wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)
-    result = replace(choose(rows, wanted, constraints, ranking), selection=tuple(tests), left_out=tuple(left_out))
+    result = replace(choose(rows, wanted, constraints, ranking), selection=selection, left_out=tuple(left_out))
     if not result.found:
         return result, None, Sources()
     sources = sources_of(result, runs)

@@ -177,5 +177,8 @@ def test_pin_over_tests_of_a_swept_suite(tmp_path: Path, env_root: Path) -> None
     assert proc.returncode == 1 and result["scenarios"] == [f"{FILE}::test_hang", f"{FILE}::test_segfault"], proc.stdout
     proc = run_cli("pin", "--db", str(db), "-m", "not slowish and not xfail", "--test", f"{FILE}::test_param[1]", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["scenarios"] == [f"{FILE}::test_param[1]"], proc.stdout + proc.stderr
+    # the text names the selection as typed, not the node ids it expands to
+    proc = run_cli("pin", "--db", str(db), "-m", "slowish")
+    assert "  selected by -m 'slowish'" in proc.stdout.splitlines(), proc.stdout
     proc = run_cli("pin", "--db", str(db), "-m", "slowish and (")
     assert proc.returncode == 2 and "is not a marker expression" in proc.stderr

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine, select_tests
+from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine, select_tests, selects
 from harness.analysis.rows import machine_class
 
 CPU = {"gpu": "cpu", "gpu_count": 0, "platform": "linux-x86_64"}
@@ -183,6 +183,46 @@ SELECTIONS = [
 @pytest.mark.parametrize(("selectors", "chosen", "empty"), SELECTIONS)
 def test_select_tests(selectors: list[str], chosen: list[str], empty: list[str]) -> None:
     assert select_tests(NODE_IDS, selectors) == (chosen, empty)
+
+
+#: Names whose prefixes trip a naive prefix test: a file that extends another's name, a sibling
+#: folder, parametrizations, a class and a function of one name.
+TRICKY = [
+    *NODE_IDS,
+    "tests/test_lora.py-old::test_a",
+    "tests/test_lora.pyx::test_a",
+    "tests2/test_lora.py::test_a",
+    "tests/test_lora.py::TestLoraX::test_a",
+    "tests/test_lora.py::test_plain[1]",
+    "tests/test_lora.py::test_plain[1][2]",
+    "scenario_a",
+    "scenario_a_b",
+]
+
+
+def _scan(stored: list[str], selectors: list[str]) -> tuple[list[str], list[str]]:
+    """The plain definition select_tests must agree with: every selector against every name."""
+    with_tests = {n.split("::", 1)[0] for n in stored if "::" in n}
+    chosen: set[str] = set()
+    empty = []
+    for selector in selectors:
+        found = [n for n in stored if selects(selector, n) and ("::" in n or n not in with_tests)]
+        empty += [] if found else [selector]
+        chosen.update(found)
+    return [n for n in stored if n in chosen], empty
+
+
+def test_select_tests_agrees_with_a_scan_of_every_name() -> None:
+    # every name, every prefix of a name at a separator, and folders as typed
+    candidates = set(TRICKY)
+    for name in TRICKY:
+        for cut in ("::", "[", "/"):
+            parts = name.split(cut)
+            candidates.update(cut.join(parts[:k]) for k in range(1, len(parts)))
+    candidates |= {"tests/", "./tests/test_lora.py", "tests\\gpu", "tests/test_lo", "scenario"}
+    for selector in sorted(candidates):
+        assert select_tests(TRICKY, [selector]) == _scan(TRICKY, [selector]), selector
+    assert select_tests(TRICKY, sorted(candidates)) == _scan(TRICKY, sorted(candidates))
 
 
 def test_a_pin_over_one_class_of_tests_ignores_the_others() -> None:

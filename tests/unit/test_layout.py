@@ -26,6 +26,7 @@ ANALYSIS = sorted((REPO / "harness" / "analysis").glob("*.py"))
 ALLOWED_STDLIB = frozenset(
     {
         "__future__",
+        "bisect",  # a sorted list's runs (pin's test selection)
         "collections",
         "collections.abc",
         "dataclasses",
