@@ -302,17 +302,24 @@ def cell_summaries(store: SqlResultsFile, filters: Filters | None = None) -> lis
     """One row per cell among the filtered outcomes: its axis versions (the five columns and
     `versions`, JSON decoded), runs, GPUs, outcome count and last outcome time."""
     where, params = _where(filters)
-    axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
     # Group the outcomes first and look the versions up once per cell: extracting them from
     # JSON for every outcome row costs several times more.
-    rows = store.fetch(
-        f"""
-        WITH o AS (
+    per_cell = f"""o AS (
             SELECT cell_id, list(DISTINCT run_id ORDER BY run_id) AS runs,
                    list(DISTINCT COALESCE(gpu, '') ORDER BY COALESCE(gpu, '')) AS gpus,
                    count(*) AS outcomes, max(started_at) AS last
             FROM outcomes_v{where} GROUP BY cell_id
-        ),
+        )"""
+    return _with_cell_versions(store, per_cell, params)
+
+
+def _with_cell_versions(store: SqlResultsFile, ctes: str, params: list[Any]) -> list[dict[str, Any]]:
+    """The per-cell rows of CTE `o` (cell_id, runs, gpus, outcomes, last) with each cell's axis
+    versions (newest build of the cell) as columns and as `versions`, JSON decoded."""
+    axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
+    rows = store.fetch(
+        f"""
+        WITH {ctes},
         c AS (
             SELECT cell_id, arg_max(installed, built_at) AS installed, arg_max(versions, built_at) AS versions
             FROM cells GROUP BY cell_id
@@ -668,28 +675,14 @@ def grid_cells(store: SqlResultsFile, filters: Filters | None = None) -> list[di
     decoded, runs, GPUs, outcome count, last outcome time), counted per run and cell first: over a
     suite's 400,000 outcomes a tenth of the work."""
     ctes, params, _, _ = _admitted(filters)
-    axes = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
-    rows = store.fetch(
-        f"""
-        WITH {ctes},
+    per_cell = f"""{ctes},
         o AS (
             SELECT cell_id, list(DISTINCT run_id ORDER BY run_id) AS runs,
                    list(DISTINCT COALESCE(gpu, '') ORDER BY COALESCE(gpu, '')) AS gpus,
                    sum(outcomes)::BIGINT AS outcomes, max(last) AS last
             FROM admitted GROUP BY cell_id
-        ),
-        c AS (
-            SELECT cell_id, arg_max(installed, built_at) AS installed, arg_max(versions, built_at) AS versions
-            FROM cells GROUP BY cell_id
-        )
-        SELECT o.cell_id, {axes}, c.versions, o.runs, o.gpus, o.outcomes, o.last
-        FROM o LEFT JOIN c USING (cell_id) ORDER BY o.cell_id
-        """,
-        params,
-    )
-    for row in rows:
-        row["versions"] = json.loads(row["versions"]) if isinstance(row["versions"], str) else (row["versions"] or {})
-    return rows
+        )"""
+    return _with_cell_versions(store, per_cell, params)
 
 
 def test_group_tallies(
