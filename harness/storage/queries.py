@@ -267,21 +267,8 @@ def run_summaries(store: SqlResultsFile) -> list[dict[str, Any]]:
 
 def facets(store: SqlResultsFile) -> dict[str, list[str]]:
     """Every value a filter can take: scenario, platform, gpu, run_id, and each axis (unsorted versions)."""
-    found: dict[str, list[str]] = {
-        "scenario": [r["scenario"] for r in store.fetch("SELECT DISTINCT scenario FROM outcomes ORDER BY 1")],
-        "run_id": [r["run_id"] for r in store.fetch("SELECT run_id FROM runs ORDER BY 1")],
-    }
-    hosts = store.fetch("SELECT DISTINCT host->>'platform' AS platform, host->>'gpu' AS gpu FROM runs")
-    found["platform"] = sorted({h["platform"] for h in hosts if h["platform"]})
-    found["gpu"] = sorted({h["gpu"] for h in hosts if h["gpu"]})
-    rows = store.fetch(
-        "SELECT axis, COALESCE(installed->>axis, versions->>axis) AS value "
-        "FROM (SELECT installed, versions, unnest(json_keys(versions)) AS axis FROM cells) GROUP BY ALL ORDER BY ALL"
-    )
-    for row in rows:
-        if row["value"] is not None:
-            found.setdefault(row["axis"], []).append(row["value"])
-    return found
+    scenarios = [r["scenario"] for r in store.fetch("SELECT DISTINCT scenario FROM outcomes ORDER BY 1")]
+    return {"scenario": scenarios, **facets_without_scenarios(store)}
 
 
 def matrix_counts(store: SqlResultsFile, filters: Filters | None = None, *, by_gpu: bool = False) -> list[dict[str, Any]]:
