@@ -81,12 +81,8 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
 
 
-def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
-    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
-    _add_db(p)
-    p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
-    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
+def _add_suite(p: argparse.ArgumentParser) -> None:
+    """A team's pytest suite as the checks: what `sweep` runs and what `wheelhouse` prepares for."""
     p.add_argument(
         "--tests",
         nargs="+",
@@ -95,8 +91,6 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="run this pytest suite's tests, each node id one outcome (paths under --tests-root)",
     )
     p.add_argument("--tests-root", default="", help="the folder where you run pytest (its conftest.py and configuration apply; default .)")
-    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
-    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument("--test-requirement", action="append", default=[], help="with --tests: a test dependency for every cell (repeatable)")
     p.add_argument(
         "--tests-of",
@@ -107,6 +101,17 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tests-git", default="", metavar="PATH_OR_URL", help="with --tests-of: the package's git repository (a clone, a mirror or a URL)"
     )
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    _add_db(p)
+    p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
+    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
+    _add_suite(p)
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument(
         "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
     )
@@ -158,8 +163,16 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.help_tail = not args.no_tail_help
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
-    options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
-    options.test_requirements = args.test_requirement
+    options.keyword, options.marker = args.keyword, args.marker
+    return _suite_options(args, options)
+
+
+def _suite_options(args: argparse.Namespace, options: SweepOptions | None = None) -> SweepOptions:
+    """`_add_suite`'s flags onto `options` (new ones for `args.matrix` when None)."""
+    from harness.running.sweep import SweepOptions
+
+    options = options or SweepOptions(args.matrix, Path())
+    options.tests, options.tests_root, options.test_requirements = args.tests, args.tests_root, args.test_requirement
     options.tests_of, options.tests_git = args.tests_of, args.tests_git
     return options
 
@@ -392,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="also hold the releases a refinement of each range may build, up to MIB of wheels, and the release lists (one trip)",
     )
+    _add_suite(p)  # the suite the runner's sweep will run: pytest, its plugins and requirements join every cell's wheels
     p = sub.add_parser("plan", help="print a scheduler's matrix of shards: a GitHub Actions matrix or a Slurm array script")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
@@ -457,6 +471,7 @@ def _cmd_wheelhouse(args: argparse.Namespace, console: Console) -> int:
         keep_bnb=args.bnb_keep,
         runner_tools=not args.no_tools,
         refine_budget_mib=args.refine_budget,
+        suite=_suite_options(args),
     )
     for cell, status in report.cells.items():
         console.print(f"{cell}: {status}")

@@ -25,6 +25,7 @@ from harness.errors import BadInput
 from harness.inputs.candidates import RELEASES_FILE, PackageIndex, ResolvedMatrix, expand_find_links, install_tags, listed_releases
 from harness.inputs.matrix import Candidate, Cell
 from harness.running.envs import Base, base_inputs, compile_lock, parse_freeze, request_for, resolve_failure_status, uv_binary
+from harness.running.sweep import SweepOptions
 
 _NATIVE = re.compile(r"^bitsandbytes/libbitsandbytes_(\w+)\.(so|dll|dylib)$")
 #: The harness's own needs on a runner whose base has rich and packaging: uv only
@@ -233,15 +234,20 @@ def wheelhouse_for(
     keep_bnb: Sequence[str] | None = None,
     runner_tools: bool = True,
     refine_budget_mib: float = 0.0,
+    suite: SweepOptions | None = None,
 ) -> WheelhouseReport:
     """`harness wheelhouse`: resolve `matrix` here, against the index (the runner's own settings,
     `no_index` and its wheelhouse, apply there), and download what its cells need into `out`.
 
     base_freeze: the runner base interpreter's `pip freeze` (needed for inherit axes), found at
-    `base_python` there."""
+    `base_python` there. suite: the sweep's test-suite flags (`--tests`, `--tests-root`,
+    `--test-requirement`, `--tests-of`, `--tests-git`); with them or the matrix's [tests] table,
+    every cell's wheels include what the suite needs there (pytest, the plugins its configuration
+    names, its requirements), as the runner's sweep will install them."""
     from harness.inputs.candidates import index_for, resolve_matrix
     from harness.inputs.matrix import load_matrix
     from harness.running.envs import base_from_freeze
+    from harness.running.sweep import suite_for
 
     base = None
     if base_freeze:
@@ -249,6 +255,7 @@ def wheelhouse_for(
             raise BadInput(f"--base-freeze {str(base_freeze)!r} does not exist; save the runner's `python -m pip freeze` there")
         base = base_from_freeze(base_freeze.read_text(), base_python)
     spec = load_matrix(matrix, lenient=True)
+    suite_for(suite or SweepOptions(matrix, Path()), spec)  # adds the suite's needs to the cells' requirements
     spec.settings.no_index = False
     spec.settings.find_links = [f for f in spec.settings.find_links if Path(f).is_dir() and Path(f).resolve() != out.resolve()]
     if refine_budget_mib < 0:
