@@ -81,7 +81,7 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="DuckDB results file (default: results/compat.duckdb)")
 
 
-def _add_suite(p: argparse.ArgumentParser) -> None:
+def _add_suite(p: argparse._ActionsContainer) -> None:
     """A team's pytest suite as the checks: what `sweep` runs and what `wheelhouse` prepares for."""
     p.add_argument(
         "--tests",
@@ -405,7 +405,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="also hold the releases a refinement of each range may build, up to MIB of wheels, and the release lists (one trip)",
     )
-    _add_suite(p)  # the suite the runner's sweep will run: pytest, its plugins and requirements join every cell's wheels
+    _add_suite(
+        p.add_argument_group(
+            "a pytest suite",
+            "the suite the runner's sweep will run (as sweep's flags, or the matrix's [tests]): "
+            "pytest, the plugins its configuration names and its requirements join every cell's wheels",
+        )
+    )
     p = sub.add_parser("plan", help="print a scheduler's matrix of shards: a GitHub Actions matrix or a Slurm array script")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
