@@ -317,6 +317,100 @@ class _Shared:
     spare: Future[CellRunner] | None = None  # a second server started ahead, for the job that will help
 
 
+class _Helpers:
+    """Carries out `schedule.Tail`'s decisions for a sweep's jobs (the tail decides; this acts):
+    the second fork servers started ahead for the cells idle jobs will share, an idle job's wait
+    for a cell to help, and a spare nobody took, closed with its start still counted.
+
+    Shares the sweep's lock, ledger and stop; `start_runner` starts a fork server for an env and
+    the scenarios left, as the sweep does for a cell's first server."""
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        ledger: Ledger,
+        stopping: threading.Event,
+        start_runner: Callable[[EnvResult, Todo], CellRunner],
+    ) -> None:
+        self._lock, self._ledger, self._stopping, self._start_runner = lock, ledger, stopping, start_runner
+        self.tail: Tail[_Shared] = Tail(1)  # the running cells idle jobs may share (one run of jobs' own)
+
+    def begin(self, jobs: int, help_tail: bool) -> Tail[_Shared]:
+        self.tail = Tail[_Shared](jobs, help_tail)
+        return self.tail
+
+    def started(self, shared: _Shared, runner: CellRunner, *, last: bool) -> None:
+        """A job started running `shared`'s cell on `runner`: spares for the cells the tail chooses."""
+        with self._lock:
+            mean = self._ledger.mean_scenario_seconds()
+            todo = shared.ready.todo
+            counted = sum(s.name in shared.runnable for s, _ in todo)
+            for sh in self.tail.started(shared, len(todo), counted, runner.server_start_seconds, last=last, mean=mean):
+                # second fork servers, started in the background, for the cells idle jobs will share
+                sh.spare = _in_background(partial(self._start_runner, sh.ready.env, list(sh.left)))
+
+    def discard_spare(self, shared: _Shared) -> None:
+        """A spare nobody took: closed once started, its start still counted (it was paid for)."""
+        spare, shared.spare = shared.spare, None
+        if spare is not None:
+            spare.add_done_callback(self._close_spare)
+
+    def _close_spare(self, done: Future[CellRunner]) -> None:
+        if done.exception() is not None:
+            return  # a failed start left nothing running; a helper taking it would have raised it
+        runner = done.result()
+        with self._lock:
+            self._ledger.count_servers(runner)
+            self._ledger.spares_unused += 1
+        runner.close()
+
+    def idle_until_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
+        """No cell left to take: the running cell to share (`Tail.next_for_idle`), reserved for
+        this job, with its spare server if one was started ahead; None: go home.
+
+        Waiting rather than leaving at once: the job that took the last cell may still be
+        waiting for it to be prepared (it is not running yet), and a cell's mean scenario
+        time, hence whether sharing it pays, is only known once some of them finished.
+        """
+        with self._lock:
+            self.tail.job_idle()
+        try:
+            while not self._stopping.is_set():
+                with self._lock:
+                    decided = self.tail.next_for_idle(self._ledger.mean_scenario_seconds())
+                    if isinstance(decided, Help):
+                        helped = decided.cell
+                        spare, helped.spare = helped.spare, None
+                        return helped, spare
+                if decided is Idle.HOME:
+                    return None
+                time.sleep(0.2)
+            return None
+        finally:
+            with self._lock:
+                self.tail.job_back()
+
+    def runner_for(self, shared: _Shared, spare: Future[CellRunner] | None) -> CellRunner:
+        """A second fork server of the cell to help: the spare started ahead (waiting for it if
+        its imports are not done yet), else one started now."""
+        try:
+            runner = spare.result() if spare is not None else self._start_runner(shared.ready.env, list(shared.left))
+        except BaseException:
+            with self._lock:
+                self.tail.helper_failed(shared)
+            raise
+        with self._lock:
+            self._ledger.helpers += 1
+            self._ledger.helpers_ahead += spare is not None
+        return runner
+
+    def end(self) -> None:
+        """After the jobs (or a stop): cells left unfinished, their spares unused."""
+        with self._lock:
+            for shared in self.tail.end():
+                self.discard_spare(shared)
+
+
 class Sweep:
     def __init__(
         self, plan: SweepPlan, store: ResultStore, reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic
@@ -338,17 +432,15 @@ class Sweep:
         self._lock = threading.RLock()
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
-        self._tail: Tail[_Shared] = Tail(1)  # the running cells idle jobs may share (`_run_jobs`' own)
+        self.helpers = _Helpers(self._lock, self.ledger, self._stopping, self._server_for)
         self._run_recorded = False
         zygotes = plan.options.zygote and self.settings.zygote and self.settings.isolation == "fork"
         self.zygotes = ZygotePool(forbid=list(self.libraries)) if zygotes else None
 
     # -- the whole sweep ----------------------------------------------------------------------
-    def keys_for(self, cell: Cell) -> Todo:
-        return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats)]
-
     def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> Todo:
-        return [(s, r) for s, r in self.keys_for(cell) if (cell.id, s.name, r) not in done]
+        """What the run has not stored in `cell` yet: every scenario and repeat but the `done` keys."""
+        return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats) if (cell.id, s.name, r) not in done]
 
     def record_run(self) -> None:
         """The run's row and the releases of its axes (what a range between tested versions is made of)."""
@@ -358,31 +450,8 @@ class Sweep:
         # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
         settings = {**asdict(self.settings), "find_links_expanded": self.find_links, **suite_record(p.scenarios, p.spec, p.options)}
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
-        self.store.record_releases(p.run_id, self.releases())
+        self.store.record_releases(p.run_id, run_releases(p, self.find_links))
         self._run_recorded = True
-
-    def releases(self) -> dict[str, list[tuple[str, datetime | None]]]:
-        """Per axis with releases: every release the index offers this run's Python on this platform.
-
-        With `no_index` (an offline runner's wheelhouse) the index is never asked: the lists
-        come from the wheelhouse's RELEASES_FILE, written where the index was reachable
-        (`harness wheelhouse --refine-budget`). Without one, a folder of the wheels this matrix
-        needed says nothing of what lies between them, so nothing is listed and the run's
-        answers stay ranges until `harness attribute` asks the index.
-        """
-        axes = [axis for axis, cands in self.plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
-        exclude = self.settings.exclude_newer
-        moment = versions.moment(exclude) if exclude != "period" else None  # "period": each cell's own moment
-        if self.settings.no_index:
-            return shipped_releases(self.find_links, axes, moment)
-        tags = install_tags(python_version_of(self.settings.python))
-        listed: dict[str, list[tuple[str, datetime | None]]] = {}
-        for axis in axes:
-            try:
-                listed[axis] = [(str(r.version), r.upload_time) for r in listed_releases(self.plan.index, axis, tags, moment)]
-            except IndexUnreachable:
-                continue  # attribution then treats the axis as unlisted: its answers stay ranges
-        return listed
 
     def run(self) -> list[Outcome]:
         """Every scenario in every cell of the plan that the run has not stored yet."""
@@ -412,18 +481,7 @@ class Sweep:
 
     def timing_line(self) -> str:
         """Where the sweep's time went, for logs: env builds, fork-server starts, scenarios."""
-        zygotes = "zygotes off"
-        if self.zygotes is not None:
-            z = self.zygotes.stats
-            zygotes = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
-            if z.refusals:
-                zygotes += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
-            if z.fallbacks:
-                zygotes += f", not forked from a zygote: {self.zygotes.describe_fallbacks()}"
-        return self.ledger.line(zygotes, self.culprits.describe())
-
-    def gpu_ids(self) -> list[str]:
-        return self.gpus.ids()
+        return self.ledger.line(_zygotes_text(self.zygotes), self.culprits.describe())
 
     def _run_jobs(self, work: list[tuple[Cell, Todo]], slots: list[list[str]], origin: str = "matrix") -> list[Outcome]:
         """Cells in matrix order, a job per slot (one GPU each when there are several jobs)."""
@@ -434,7 +492,7 @@ class Sweep:
         ahead = len(slots) if self.plan.options.lookahead else 0
         feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
-        tail = self._tail = Tail[_Shared](len(slots), self.plan.options.help_tail)
+        tail = self.helpers.begin(len(slots), self.plan.options.help_tail)
 
         def worker(slot: list[str]) -> None:
             try:
@@ -442,8 +500,8 @@ class Sweep:
                     if (ready := feed.next()) is not None:
                         # the last cell handed out: the helpers' servers start now, while all are busy
                         outcomes = self._run_prepared(ready, slot, tail.sharing, last=feed.exhausted())
-                    elif tail.sharing and (shared := self._idle_until_help()) is not None:
-                        outcomes = self._help(*shared, slot)
+                    elif tail.sharing and (shared := self.helpers.idle_until_help()) is not None:
+                        outcomes = self._drain(shared[0], self.helpers.runner_for(*shared), slot)
                     else:
                         return
                     with self._lock:
@@ -466,9 +524,7 @@ class Sweep:
             feed.close()
             if pool is not None:
                 pool.shutdown(wait=True)  # the workers see the stop at once: their scenarios are dead
-            with self._lock:  # after a stop: cells left unfinished, their spares unused
-                for shared in tail.end():
-                    self._discard_spare(shared)
+            self.helpers.end()
         return produced
 
     def stop(self) -> None:
@@ -505,7 +561,11 @@ class Sweep:
         return _Prepared(cell, todo, env, self._start_runner(env, self._runnable(env, todo)), origin)
 
     def _runnable(self, env: EnvResult, todo: Todo) -> list[Scenario]:
-        return [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpu_ids()))]
+        return [sc for sc, _ in todo if not applicability(sc, env.freeze, len(self.gpus.ids()))]
+
+    def _server_for(self, env: EnvResult, todo: Todo) -> CellRunner:
+        """A fork server for `todo` in the env (a helper's second one)."""
+        return self._start_runner(env, self._runnable(env, todo))
 
     def _start_runner(self, env: EnvResult, runnable: list[Scenario]) -> CellRunner:
         """A runner for the cell, its fork server started (preloading) unless nothing can run."""
@@ -540,73 +600,9 @@ class Sweep:
         if runner is None:
             failed = [outcome.env_outcome(run_id, cell.id, s.name, r, env.status, env.message, self.secrets) for s, r in ready.todo]
             return [self._emit(o, cell) for o in failed]
-        runnable = {sc.name for sc in self._runnable(env, ready.todo)}
-        shared = _Shared(ready, deque(ready.todo), runnable)
+        shared = _Shared(ready, deque(ready.todo), {sc.name for sc in self._runnable(env, ready.todo)})
         if share:
-            with self._lock:
-                mean = self.ledger.mean_scenario_seconds()
-                counted = sum(s.name in runnable for s, _ in ready.todo)
-                for sh in self._tail.started(shared, len(ready.todo), counted, runner.server_start_seconds, last=last, mean=mean):
-                    # second fork servers, started in the background, for the cells idle jobs will share
-                    sh.spare = _in_background(partial(self._start_runner, sh.ready.env, self._runnable(sh.ready.env, list(sh.left))))
-        return self._drain(shared, runner, gpus)
-
-    def _discard_spare(self, shared: _Shared) -> None:
-        """A spare nobody took: closed once started, its start still counted (it was paid for)."""
-        spare, shared.spare = shared.spare, None
-        if spare is not None:
-            spare.add_done_callback(self._close_spare)
-
-    def _close_spare(self, done: Future[CellRunner]) -> None:
-        if done.exception() is not None:
-            return  # a failed start left nothing running; a helper taking it would have raised it
-        runner = done.result()
-        with self._lock:
-            self.ledger.count_servers(runner)
-            self.ledger.spares_unused += 1
-        runner.close()
-
-    def _idle_until_help(self) -> tuple[_Shared, Future[CellRunner] | None] | None:
-        """No cell left to take: the running cell to share (`Tail.next_for_idle`), reserved for
-        this job, with its spare server if one was started ahead; None: go home.
-
-        Waiting rather than leaving at once: the job that took the last cell may still be
-        waiting for it to be prepared (it is not running yet), and a cell's mean scenario
-        time, hence whether sharing it pays, is only known once some of them finished.
-        """
-        with self._lock:
-            self._tail.job_idle()
-        try:
-            while not self._stopping.is_set():
-                with self._lock:
-                    decided = self._tail.next_for_idle(self.ledger.mean_scenario_seconds())
-                    if isinstance(decided, Help):
-                        helped = decided.cell
-                        spare, helped.spare = helped.spare, None
-                        return helped, spare
-                if decided is Idle.HOME:
-                    return None
-                time.sleep(0.2)
-            return None
-        finally:
-            with self._lock:
-                self._tail.job_back()
-
-    def _help(self, shared: _Shared, spare: Future[CellRunner] | None, gpus: list[str] | None) -> list[Outcome]:
-        """Run scenarios of a cell another job is running, on a second fork server of that cell
-        (the spare started ahead, waiting for it if its imports are not done yet)."""
-        try:
-            if spare is not None:
-                runner = spare.result()
-            else:
-                runner = self._start_runner(shared.ready.env, self._runnable(shared.ready.env, list(shared.left)))
-        except BaseException:
-            with self._lock:
-                self._tail.helper_failed(shared)
-            raise
-        with self._lock:
-            self.ledger.helpers += 1
-            self.ledger.helpers_ahead += spare is not None
+            self.helpers.started(shared, runner, last=last)
         return self._drain(shared, runner, gpus)
 
     def _drain(self, shared: _Shared, runner: CellRunner, gpus: list[str] | None) -> list[Outcome]:
@@ -622,7 +618,7 @@ class Sweep:
                         if not shared.left:
                             break
                         scenario, repeat = shared.left.popleft()
-                        self._tail.took(shared, scenario.name in shared.runnable)
+                        self.helpers.tail.took(shared, scenario.name in shared.runnable)
                     with self.gpus.lease(scenario.requires.gpus, gpus) as (gpu_count, request_env):
                         with self._lock:
                             self.reporter.scenario_started(cell, scenario.name, repeat)
@@ -634,7 +630,7 @@ class Sweep:
                         break  # killed by the stop: not an outcome; the rerun runs it again
                     if scenario.name in shared.runnable:
                         with self._lock:
-                            self._tail.finished(shared, made.seconds)
+                            self.helpers.tail.finished(shared, made.seconds)
                     outcomes.append(self._emit(made, cell))
             finally:
                 with self._lock:
@@ -650,9 +646,9 @@ class Sweep:
             for module, seconds in runner.preload_seconds.items():
                 self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             shared.imports.update(runner.imports)
-            last = self._tail.done(shared)
+            last = self.helpers.tail.done(shared)
             if last:
-                self._discard_spare(shared)
+                self.helpers.discard_spare(shared)
         self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)  # a server restarted mid-cell may have found more
         self.culprits.learn(runner.culprit_importers, env.freeze, runner.culprit_importers)
         if last and self.zygotes is not None and self.settings.preload:
@@ -732,6 +728,32 @@ def _suite_outcome(
     return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
 
 
+def run_releases(plan: SweepPlan, find_links: list[str]) -> dict[str, list[tuple[str, datetime | None]]]:
+    """Per axis with releases: every release the index offers the run's Python on this platform
+    (what a range between tested versions is made of).
+
+    With `no_index` (an offline runner's wheelhouse) the index is never asked: the lists
+    come from the wheelhouse's RELEASES_FILE, written where the index was reachable
+    (`harness wheelhouse --refine-budget`). Without one, a folder of the wheels this matrix
+    needed says nothing of what lies between them, so nothing is listed and the run's
+    answers stay ranges until `harness attribute` asks the index.
+    """
+    settings = plan.spec.settings
+    axes = [axis for axis, cands in plan.resolved.axes.items() if any(c.kind == "version" for c in cands)]
+    exclude = settings.exclude_newer
+    moment = versions.moment(exclude) if exclude != "period" else None  # "period": each cell's own moment
+    if settings.no_index:
+        return shipped_releases(find_links, axes, moment)
+    tags = install_tags(python_version_of(settings.python))
+    listed: dict[str, list[tuple[str, datetime | None]]] = {}
+    for axis in axes:
+        try:
+            listed[axis] = [(str(r.version), r.upload_time) for r in listed_releases(plan.index, axis, tags, moment)]
+        except IndexUnreachable:
+            continue  # attribution then treats the axis as unlisted: its answers stay ranges
+    return listed
+
+
 def shipped_releases(folders: list[str], axes: list[str], moment: datetime | None) -> dict[str, list[tuple[str, datetime | None]]]:
     """The release lists a wheelhouse carries (candidates.RELEASES_FILE) for `axes`, uploaded by `moment`."""
     for folder in folders:
@@ -777,6 +799,19 @@ def _learned_entry(entry: dict[str, Any]) -> bool:
 def _close_runner(prepared: _Prepared) -> None:
     if prepared.runner is not None:
         prepared.runner.close()
+
+
+def _zygotes_text(pool: ZygotePool | None) -> str:
+    """The timing line's part on the zygotes: their starts, refusals and fallbacks."""
+    if pool is None:
+        return "zygotes off"
+    z = pool.stats
+    text = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+    if z.refusals:
+        text += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
+    if z.fallbacks:
+        text += f", not forked from a zygote: {pool.describe_fallbacks()}"
+    return text
 
 
 def _slowest(seconds: dict[str, float]) -> str:
