@@ -360,7 +360,7 @@ class CellRunner:
             "scenario": str(scenario.resolve()),
             "result": str(result),
             "output": str(output),
-            "env": {**(env or {}), "HARNESS_METRICS": str(metrics), **self._culprits_env()},
+            "env": {**(env or {}), "HARNESS_METRICS": str(metrics), **_culprits_env(self.avoid | set(self.cuda_culprits))},
         }
         self.start()  # before the clock starts: a scenario's seconds are its own
         started = time.monotonic()
@@ -401,11 +401,11 @@ class CellRunner:
         exit_code, sig, _ = runner(request, SUITE_WAIT_SECONDS)  # the controller times each test itself
         return exit_code, sig
 
-    def _culprits_env(self) -> dict[str, str]:
-        """Tell the scenario's process which modules initialise CUDA here, so that it names the
-        modules it loaded that import one (`child._importers_of`). Nothing where none do."""
-        known = sorted(self.avoid | set(self.cuda_culprits))
-        return {"HARNESS_CUDA_CULPRITS": ",".join(known)} if known else {}
+
+def _culprits_env(known: set[str]) -> dict[str, str]:
+    """Tell a scenario's process which modules initialise CUDA here, so that it names the
+    modules it loaded that import one (`child._importers_of`). Nothing where none do."""
+    return {"HARNESS_CUDA_CULPRITS": ",".join(sorted(known))} if known else {}
 
 
 def without_culprits(entries: list[dict[str, Any]], culprits: set[str]) -> list[dict[str, Any]]:
