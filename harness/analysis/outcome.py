@@ -37,10 +37,15 @@ class Outcome:
     seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
+    #: A suite's test: its identity across the suite's releases where it is not the node id
+    #: (`scenario`); "" otherwise (`testsuite_child.test_identity`).
+    test_id: str = ""
 
     def serialize(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        if not self.test_id:
+            del data["test_id"]  # a scenario's, or a test whose identity is its node id: its records as before
         return data
 
     @classmethod

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.analysis.rows import axis_sort, canonical, group_of, installed, json_map, machine_class, machine_of
-from harness.analysis.status import Status, is_evidence
+from harness.analysis.status import FAILURES, Status, is_evidence
 from harness.analysis.versions import release, requirement, version_key
 from harness.errors import BadInput
 
@@ -238,6 +238,9 @@ class _Cell:
     versions: dict[str, str]
     requested: dict[str, str] = field(default_factory=dict)
     rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    #: What kept tests from being collected here: a file that failed to import, a worker that
+    #: died before its first test (their node ids: files, folders, paths); `_absent` reads them.
+    uncollected: tuple[str, ...] = ()
 
     # Cached: a cell is complete once `_cells` returns it, and over a large suite `_blockers` and
     # the ranking read these once per scenario and sort key (89 s -> 5 s at 20,000 tests x 20 cells).
@@ -256,7 +259,7 @@ class _Cell:
     def result(self, scenario: str) -> _ScenarioResult:
         rows = self.rows.get(scenario, [])
         if not rows:
-            return _ScenarioResult(False, "no outcome")
+            return self._absent(scenario)
         # Only a pass is evidence for a pin: inconclusive and not_applicable disqualify, as failures do.
         passed = sum(1 for r in rows if r["status"] == Status.PASS)
         if passed == len(rows):
@@ -271,6 +274,18 @@ class _Cell:
             reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
         return _ScenarioResult(False, reason, passed, len(rows))
 
+    def _absent(self, scenario: str) -> _ScenarioResult:
+        """No outcome here. A test (a node id, or its identity across the suite's releases) that
+        this cell's suite did not collect is not collected there: another release of the suite
+        does not have it, so it neither disqualifies the cell nor counts as a failure. Unless
+        what would have collected it failed here (a file that did not import): that is a failure."""
+        if "::" not in scenario:
+            return _ScenarioResult(False, "no outcome")
+        broken = next((node for node in self.uncollected if _covers(node, scenario)), None)
+        if broken is not None:
+            return _ScenarioResult(False, f"not collected: {broken} failed here")
+        return _ScenarioResult(True, "not collected here")
+
     def rank_key(self, order: Sequence[str]) -> tuple[Any, ...]:
         return (*(preference(self.versions.get(axis)) for axis in order), self.cell_id)
 
@@ -278,10 +293,27 @@ class _Cell:
         return tuple(sorted({machine_of(r).label() for r in self.all_rows}))
 
 
+def _covers(node: str, test: str) -> bool:
+    """Whether a failure of `node` (a file, a folder, the paths a worker ran) kept `test` from being collected.
+
+    >>> _covers("tests/test_x.py", "tests/test_x.py::t[r#1]"), _covers("tests/", "tests/a.py::t"), _covers("tests/b.py", "tests/a.py::t")
+    (True, True, False)
+    """
+    return any(n in (".", "") or test.startswith(n + "::") or test.startswith(n.rstrip("/") + "/") for n in node.split(" "))
+
+
+def _breaks_collection(row: Mapping[str, Any]) -> bool:
+    """A row of a suite's file or paths (no `::`) that failed: its tests were not collected."""
+    return "::" not in str(row.get("scenario") or "") and str(row["status"]) in (*FAILURES, Status.INCONCLUSIVE)
+
+
 def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:
     cells: dict[tuple[tuple[str, str], ...], _Cell] = {}
+    uncollected: dict[tuple[tuple[str, str], ...], set[str]] = defaultdict(set)
     for row in rows:
         if row.get("scenario") not in scenarios or not constraints.admits_row(row):
+            if _breaks_collection(row) and constraints.admits_row(row):
+                uncollected[tuple(sorted(installed(row).items()))].add(str(row["scenario"]))
             continue
         versions = installed(row)
         if not versions:
@@ -290,6 +322,9 @@ def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: 
         for axis, value in json_map(row.get("versions")).items():
             cell.requested.setdefault(canonical(axis), str(value))
         cell.rows[str(row["scenario"])].append(row)
+    for key, nodes in uncollected.items():
+        if key in cells:
+            cells[key].uncollected = tuple(sorted(nodes))
     return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
 
 

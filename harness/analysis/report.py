@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
 from harness.analysis.pin import KnownGoodSet, Sources
-from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of
+from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of, node_ids
 from harness.analysis.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
 from harness.analysis.versions import requirement, version_key
@@ -375,13 +375,16 @@ def _repro(
     scenarios: Sequence[str],
     runs: Mapping[str, Mapping[str, Any]],
     scenario_files: Mapping[str, str],
+    nodes: Mapping[str, str] | None = None,
 ) -> list[str]:
+    """The commands that reproduce `scenarios` in one cell; a test by the node id that cell's
+    pytest gave it (`nodes`: identity -> node id, `rows.node_ids`)."""
     versions = installed(row)
     run = runs.get(str(row.get("run_id")), {})
     settings = run.get("settings") or {}
     sources = Sources.from_settings(settings)
     index = Sources(sources.index_url, sources.extra_index_urls, (), sources.no_index).pip_args()
-    tests = [s for s in scenarios if is_test(s)]
+    tests = [(nodes or {}).get(s, s) for s in scenarios if is_test(s)]
     pins = [requirement(a, versions[a]) for a in axis_sort(versions)]
     # A test needs what the cell installed to run the suite (pytest, its plugins, the suite's requirements): at the cell's versions.
     pins += _suite_pins(settings, row, versions) if tests else []
@@ -633,7 +636,8 @@ def render_signature_report(
     out += ["### Where it passes and where it fails", "", *table, ""]
     out += ["### Attribution", "", *_attribution(moves), ""]
     out += _known_good(known_good or {}, example, scenarios)
-    out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios, runs, files), ""]
+    nodes = node_ids(rows, str(example["cell_id"]))
+    out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios, runs, files, nodes), ""]
     out += ["### Traceback (tail)", "", _fence(_tail(trace)) if trace.strip() else "(none recorded)", ""]
     family = str(example.get("signature_family") or "")
     out += _footer(relevant, runs, db, f"signature {code(signature)}" + (f" (family `{family}`)" if family else ""))
@@ -709,7 +713,8 @@ def render_cell_report(
         srows = cell.rows[scenario]
         sig = next((str(r.get("signature") or "") for r in srows if r["status"] != Status.PASS and r.get("signature")), "")
         short = _short(sig)
-        out.append(f"| `{scenario}` | {_cell_text(_word(srows))} | {_cell_text(code(short) if sig else '')} |")
+        shown = str(srows[0].get("node_id") or scenario) if srows else scenario  # this cell's own node id
+        out.append(f"| `{shown}` | {_cell_text(_word(srows))} | {_cell_text(code(short) if sig else '')} |")
     out.append("")
     out += ["### Environment", "", *_environment(example, cell_record, runs), ""]
     out += _known_good(known_good or {}, example, failing)
@@ -727,6 +732,6 @@ def render_cell_report(
         out += ["### This cell and its neighbours (one version different)", ""]
         out += [*_contrast(neighbours, failing, None, focus=[cell_id], mark="← this cell"), ""]
         out += ["### Failures", "", *sections]
-        out += ["### Reproduce", "", *_repro(cell_id, example, failing, runs, files), ""]
+        out += ["### Reproduce", "", *_repro(cell_id, example, failing, runs, files, node_ids(rows, cell_id)), ""]
     out += _footer([r for r in rows if r.get("cell_id") == cell_id], runs, db, f"cell `{cell_id}`")
     return "\n".join(out) + "\n"

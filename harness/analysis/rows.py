@@ -192,3 +192,31 @@ def group_of(scenario: str) -> str:
     """
     parts = scenario.split("::")
     return "::".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+# -- a suite's tests across its releases -----------------------------------------------------------
+def as_tests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as the answers read them: `scenario` is what makes two cells' rows the same check
+    (a test's identity across the suite's releases, `test_id`, where one was stored), and
+    `node_id` what that cell's pytest called it (what reports, repros and bisections print).
+    Rows without a `test_id` (scenarios, files written before 0009) keep their scenario as both.
+    Changes the rows in place; returns them. Idempotent.
+
+    >>> row = as_tests([{"scenario": "t.py::test_x[config_kwargs45]", "test_id": "t.py::test_x[config_kwargs#3fa2c1d0]"}])[0]
+    >>> row["scenario"], row["node_id"]
+    ('t.py::test_x[config_kwargs#3fa2c1d0]', 't.py::test_x[config_kwargs45]')
+    >>> as_tests([{"scenario": "load", "test_id": None}])[0]["scenario"]
+    'load'
+    """
+    for row in rows:
+        if "node_id" in row:
+            continue
+        node = row["scenario"]
+        row["node_id"] = node
+        row["scenario"] = row.get("test_id") or node
+    return rows
+
+
+def node_ids(rows: Iterable[Mapping[str, Any]], cell_id: str) -> dict[str, str]:
+    """Identity -> the node id one cell's pytest gave it (`as_tests`' rows)."""
+    return {str(r["scenario"]): str(r.get("node_id") or r["scenario"]) for r in rows if str(r.get("cell_id")) == cell_id}

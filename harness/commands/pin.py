@@ -188,7 +188,8 @@ def passing_by_machine(store: Store) -> dict[str, list[str]]:
     """machine class -> the scenarios that pass somewhere on it (what its known-good set is chosen over);
     grouped in DuckDB, so a page over 100,000 outcomes moves one row per machine and scenario."""
     rows = store.fetch(
-        f"SELECT DISTINCT gpu, gpu_count, platform, scenario FROM outcomes_v WHERE status = '{Status.PASS}' ORDER BY scenario"
+        f"SELECT DISTINCT gpu, gpu_count, platform, {queries.identity_column(store)} AS scenario "
+        f"FROM outcomes_v WHERE status = '{Status.PASS}' ORDER BY scenario"
     )
     found: dict[str, list[str]] = {}
     for row in rows:

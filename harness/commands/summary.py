@@ -324,10 +324,17 @@ def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
     versions = ", ".join(f"{a} {v}" for a, v in result.versions)
     _say(console, f"  [bold]{escape(machine)}[/]")
     _say(console, f"    {escape(versions)}")
-    _say(
-        console,
-        f"    passes {len(known.kept)} of the {len(known.passing)} scenario(s) that pass somewhere on it{escape(idle)}, in cell",
-    )
+    own = [e for e in result.evidence if e.passed]  # the tests the chosen cell's suite collected (each release has its own)
+    if known.kept and not known.dropped and all("::" in s for s in known.kept):
+        # A suite's tests (a package's own, at each release's tag): the newest set that passes its own suite.
+        others = len(known.passing) - len(own)
+        elsewhere = f" ({others:,} more pass elsewhere on it, tests its suite does not collect)" if others else ""
+        _say(console, f"    passes all {len(own):,} of its own tests{elsewhere}{escape(idle)}, in cell")
+    else:
+        _say(
+            console,
+            f"    passes {len(known.kept)} of the {len(known.passing)} scenario(s) that pass somewhere on it{escape(idle)}, in cell",
+        )
     _say(console, f"    {escape(result.cell_ids[0])}")
     if known.dropped:
         by_group: dict[str, list[str]] = defaultdict(list)

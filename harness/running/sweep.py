@@ -725,7 +725,9 @@ def _suite_outcome(
     result = interpret_result(event, libraries)
     marks = {"markers": [str(m) for m in event["markers"]]} if event.get("markers") else {}
     raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="", metrics=marks)
-    return outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
+    made = outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
+    made.test_id = result.test_id
+    return made
 
 
 def run_releases(plan: SweepPlan, find_links: list[str]) -> dict[str, list[tuple[str, datetime | None]]]:

@@ -208,6 +208,7 @@ class TestResult:
     traceback: str = ""
     seconds: float = 0.0
     phase: str = ""
+    test_id: str = ""  # its identity across the suite's releases, where not the node id (`testsuite_child.test_identity`)
 
 
 def interpret_result(event: dict[str, Any], libraries: Iterable[str]) -> TestResult:
@@ -228,7 +229,7 @@ def interpret_result(event: dict[str, Any], libraries: Iterable[str]) -> TestRes
         message = f"in {event['phase']}: {message}"
     seconds = float(event.get("seconds", 0.0))
     trace, phase = str(event.get("traceback", "")), str(event.get("phase", ""))
-    return TestResult(str(event["nodeid"]), status, message, short, frames, trace, seconds, phase)
+    return TestResult(str(event["nodeid"]), status, message, short, frames, trace, seconds, phase, str(event.get("test_id") or ""))
 
 
 def meaning(result: TestResult, libraries: Iterable[str]) -> Interpretation:
@@ -263,6 +264,7 @@ class _Watch:
     collected: bool = False
     timed_out: str = ""
     markers: list[str] = field(default_factory=list)  # the running test's
+    test_id: str = ""  # the running test's identity, where it is not its node id
 
 
 def run_suite(
@@ -301,7 +303,8 @@ def run_suite(
             finished.add(in_test)
             progress = True
             ended = _ended_in_test(in_test, bool(watch.timed_out), timeout, exit_code, sig)
-            yield {**ended, **({"markers": watch.markers} if watch.markers else {})}
+            said = {**({"markers": watch.markers} if watch.markers else {}), **({"test_id": watch.test_id} if watch.test_id else {})}
+            yield {**ended, **said}
         elif watch.collected or exit_code is not None:
             return  # the session ended on its own: every test done, or pytest stopped it
         barren = 0 if progress else barren + 1
@@ -350,6 +353,7 @@ def _read(watch: _Watch) -> Iterator[dict[str, Any]]:
             watch.collected = True
         elif kind == "start":
             watch.running, watch.since, watch.markers = str(event["nodeid"]), time.monotonic(), list(event.get("markers") or [])
+            watch.test_id = str(event.get("test_id") or "")
             continue
         elif kind == "result" and event.get("nodeid") == watch.running:
             watch.running = ""

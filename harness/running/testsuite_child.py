@@ -9,17 +9,27 @@ line without a result, and the next worker is told to leave out every test alrea
 Events, one JSON object a line:
     {"event": "collected", "nodeids": [...]}
     {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "traceback"}
-    {"event": "start", "nodeid": ...}
-    {"event": "result", "nodeid", "status", "phase", "exception_type", "message", "frames", "traceback", "reason", "seconds", "markers"}
+    {"event": "start", "nodeid": ..., "test_id": ...}
+    {"event": "result", "nodeid", "test_id", "status", "phase", "exception_type", "message", "frames", "traceback", "reason",
+     "seconds", "markers"}
     {"event": "imported", "modules": [...]}      installed modules the session loaded (preloaded next time)
+
+`test_id` (only where it differs from the node id) is the test's identity across releases of
+the suite (`test_identity`): where pytest made a parameter's id up from its name and index
+(`config_kwargs45`), the parameter's value instead, which a release that inserts cases does
+not renumber.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import json
 import os
+import re
 import sys
 import traceback
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: An exception in the call phase of one of these types is the test's own check failing.
@@ -62,6 +72,124 @@ def fold(phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"status": "pass", "phase": "call"}
 
 
+#: A memory address in a repr (`<Foo object at 0x7f3a…>`): differs in every process.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: How deep `stable_repr` follows containers (a self-referencing value stops there).
+_DEPTH = 8
+
+
+def stable_repr(value: Any, depth: int = 0) -> str:
+    """A repr of a parameter's value that is the same in every process and release: memory
+    addresses masked, dict items and set elements sorted, lists, tuples and dicts followed.
+
+    >>> stable_repr({"r": 8, "target_modules": ["lin0"], "b": {3, 1}})
+    "{'b': {1, 3}, 'r': 8, 'target_modules': ['lin0']}"
+    >>> stable_repr(object()).startswith("<object object at 0x…>")
+    True
+    """
+    if depth > _DEPTH:
+        return "…"
+    if isinstance(value, dict):
+        items = sorted(f"{stable_repr(k, depth + 1)}: {stable_repr(v, depth + 1)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (set, frozenset)):
+        inner = ", ".join(sorted(stable_repr(v, depth + 1) for v in value))
+        return f"{type(value).__name__}({{{inner}}})" if isinstance(value, frozenset) else "{" + inner + "}"
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        inner = ", ".join(stable_repr(v, depth + 1) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that raises: its type is all there is
+        text = f"<{type(value).__module__}.{type(value).__qualname__}>"
+    return _ADDRESS.sub(" at 0x…", text)
+
+
+def value_hash(value: Any) -> str:
+    """Eight hex digits of the value's `stable_repr`."""
+    return hashlib.sha256(stable_repr(value).encode("utf-8", "backslashreplace")).hexdigest()[:8]
+
+
+def prints(value: Any) -> bool:
+    """Whether pytest prints this value as its id (its `IdMaker._idval_from_value`: strings and
+    bytes, numbers, bools, None, enums, patterns, anything with a `__name__`); for any other, and
+    for a string over 100 characters (pytest 9's "short" strategy), it makes one up from the
+    argument's name and an index."""
+    if isinstance(value, (str, bytes)):
+        return len(value) <= 100
+    if value is None or isinstance(value, (int, float, complex, bool, enum.Enum, re.Pattern)):
+        return True
+    return isinstance(getattr(value, "__name__", None), str)
+
+
+def test_identity(nodeid: str, params: Mapping[str, Any], ids: Sequence[str]) -> str:
+    """A test's identity across releases of its suite: the node id, with every parameter id
+    pytest made up from the argument's name and an index (`config_kwargs45`, for a value it
+    cannot print: a dict, an object) replaced by the name and a hash of the value
+    (`config_kwargs#75b93f48`). A release that inserts cases shifts those indices; the values
+    stay. Ids given (`ids=`, `pytest.param(id=)`) or printed from the value (numbers, strings,
+    enums, classes, functions) are kept as they are.
+
+    params: `item.callspec.params` (argument -> value); ids: `item.callspec._idlist`, one id
+    per parametrize call (stacked decorators, fixture params), each its arguments' ids joined
+    with "-". A made-up id is `<argument><digits>` for an argument whose value pytest does not
+    print. Anything that does not fit that shape leaves the node id as it is.
+
+    >>> test_identity("t.py::test_x[config_kwargs45]", {"config_kwargs": {"r": 8}}, ["config_kwargs45"])
+    't.py::test_x[config_kwargs#75b93f48]'
+    >>> test_identity("t.py::test_x[config_kwargs2]", {"config_kwargs": {"r": 8}}, ["config_kwargs2"])
+    't.py::test_x[config_kwargs#75b93f48]'
+    >>> test_identity("t.py::test_y[3-fp16]", {"n": 3, "dtype": "fp16"}, ["3-fp16"])
+    't.py::test_y[3-fp16]'
+    """
+    tail = "[" + "-".join(ids) + "]"
+    if not ids or not nodeid.endswith(tail):
+        return nodeid
+    unprinted = sorted((arg for arg, value in params.items() if not prints(value)), key=len, reverse=True)
+    if not unprinted:
+        return nodeid
+    changed = False
+    parts = []
+    for entry in ids:
+        tokens = entry.split("-")
+        for k, token in enumerate(tokens):
+            arg = next((a for a in unprinted if token.startswith(a) and token[len(a) :].isdigit()), None)
+            if arg is not None:
+                tokens[k] = f"{arg}#{value_hash(params[arg])}"
+                changed = True
+        parts.append("-".join(tokens))
+    if not changed:
+        return nodeid
+    return nodeid[: -len(tail)] + "[" + "-".join(parts) + "]"
+
+
+def item_identity(item: Any) -> str:
+    """`test_identity` of a collected pytest item (its node id where it has no parameters)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return str(item.nodeid)
+    try:
+        ids = [str(i) for i in getattr(callspec, "_idlist", ())]
+        return test_identity(str(item.nodeid), dict(callspec.params), ids)
+    except Exception:  # a pytest whose callspec is shaped otherwise: the node id, as before
+        return str(item.nodeid)
+
+
+def identities(items: Sequence[Any]) -> dict[str, str]:
+    """Node id -> identity, for the items whose identity is not their node id. Two cases of one
+    session with one identity (equal values) are told apart by their order: `~2`, `~3`."""
+    found: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for item in items:
+        identity = item_identity(item)
+        seen[identity] = seen.get(identity, 0) + 1
+        if seen[identity] > 1:
+            identity = f"{identity}~{seen[identity]}"
+        if identity != item.nodeid:
+            found[str(item.nodeid)] = identity
+    return found
+
+
 class Plugin:
     """pytest's own hooks are the seam: results come from the reports, never from its terminal."""
 
@@ -72,16 +200,22 @@ class Plugin:
         self.exceptions: dict[tuple[str, str], dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
         self.markers: dict[str, list[str]] = {}  # node id -> its marker names (what `harness pin -m` selects on)
+        self.identities: dict[str, str] = {}  # node id -> its identity, where the two differ (`test_identity`)
 
     def emit(self, **event: Any) -> None:
         self.out.write(json.dumps(event, default=str) + "\n")
         self.out.flush()
 
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
+        self.identities = identities(items)  # of every test collected, before any is left out: the same in each worker
         left = [item for item in items if item.nodeid in self.skip]
         if left:
             items[:] = [item for item in items if item.nodeid not in self.skip]
             config.hook.pytest_deselected(items=left)
+
+    def _identity(self, nodeid: str) -> dict[str, str]:
+        found = self.identities.get(nodeid)
+        return {"test_id": found} if found else {}
 
     def pytest_collection_finish(self, session: Any) -> None:
         for item in session.items:
@@ -102,7 +236,7 @@ class Plugin:
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         marks = {"markers": self.markers[nodeid]} if self.markers.get(nodeid) else {}
-        self.emit(event="start", nodeid=nodeid, **marks)  # the controller's crash or timeout result carries them
+        self.emit(event="start", nodeid=nodeid, **self._identity(nodeid), **marks)  # the controller's crash or timeout result carries them
 
     def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
         # The exception itself (type, message, frames) for the signature: a report holds only
@@ -130,7 +264,8 @@ class Plugin:
         if report.when == "teardown":
             result = fold(self.phases.pop(report.nodeid))
             marks = {"markers": self.markers[report.nodeid]} if self.markers.get(report.nodeid) else {}
-            self.emit(event="result", nodeid=report.nodeid, seconds=round(self.seconds.pop(report.nodeid), 4), **result, **marks)
+            seconds = round(self.seconds.pop(report.nodeid), 4)
+            self.emit(event="result", nodeid=report.nodeid, **self._identity(report.nodeid), seconds=seconds, **result, **marks)
 
 
 def _new_imports(before: set[str], root: str) -> list[str]:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.analysis.rows import AXIS_ORDER
+from harness.analysis.rows import AXIS_ORDER, as_tests
 from harness.analysis.status import FAILURES, SEVERITY, Status
 from harness.storage.resultsfile import SqlResultsFile
 
@@ -54,13 +54,20 @@ def _where(filters: Filters | None) -> tuple[str, list[Any]]:
 
 # -- outcomes --------------------------------------------------------------------------------
 def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every row of `outcomes_v` (of one run, or all), by cell, scenario and repeat."""
+    """Every row of `outcomes_v` (of one run, or all), by cell, scenario and repeat, as the answers
+    read them (`rows.as_tests`: `scenario` a test's identity across releases, `node_id` its node id)."""
     sql = "SELECT * FROM outcomes_v"
     params: list[Any] = []
     if run_id:
         sql += " WHERE run_id = ?"
         params.append(run_id)
-    return store.fetch(sql + " ORDER BY cell_id, scenario, repeat, run_id", params)
+    return as_tests(store.fetch(sql + " ORDER BY cell_id, scenario, repeat, run_id", params))
+
+
+def identity_column(store: SqlResultsFile, alias: str = "") -> str:
+    """The column that says which test a row is (`test_id`), or `scenario` in a file read
+    without it (written before 0009 and older than the view this harness lays over it)."""
+    return alias + ("test_id" if "test_id" in _columns(store, "outcomes_v") else "scenario")
 
 
 def outcome_rows_with_traces(
@@ -68,13 +75,16 @@ def outcome_rows_with_traces(
 ) -> list[dict[str, Any]]:
     """`outcomes_v` rows plus each outcome's `traceback` and `output_tail` (the view leaves them out).
 
-    scenarios: only these (empty: all). cell_id: only this cell. signature: only outcomes with it.
+    scenarios: only these tests (identities or node ids; empty: all). cell_id: only this cell.
+    signature: only outcomes with it. Rows as `outcome_rows` gives them (`rows.as_tests`).
     """
     sql = "SELECT v.*, o.traceback, o.output_tail FROM outcomes_v v JOIN outcomes o USING (run_id, cell_id, scenario, repeat)"
     where: list[str] = []
     params: list[Any] = []
     if scenarios:
-        where.append(f"v.scenario IN ({', '.join('?' for _ in scenarios)})")
+        marks = ", ".join("?" for _ in scenarios)
+        where.append(f"(v.scenario IN ({marks}) OR {identity_column(store, 'v.')} IN ({marks}))")
+        params.extend(scenarios)
         params.extend(scenarios)
     if cell_id:
         where.append("v.cell_id = ?")
@@ -84,7 +94,7 @@ def outcome_rows_with_traces(
         params.append(signature)
     if where:
         sql += " WHERE " + " AND ".join(where)
-    return store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params)
+    return as_tests(store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params))
 
 
 def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
@@ -94,9 +104,13 @@ def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
 
 
 def test_markers(store: SqlResultsFile) -> dict[str, set[str]]:
-    """Node id -> the pytest markers its outcomes recorded (tests swept before markers were stored have none)."""
+    """Test (its identity, as the answers' rows name it) -> the pytest markers its outcomes recorded
+    (tests swept before markers were stored have none)."""
     found: dict[str, set[str]] = {}
-    sql = "SELECT DISTINCT scenario, metrics FROM outcomes_v WHERE metrics IS NOT NULL AND strpos(CAST(metrics AS VARCHAR), 'markers') > 0"
+    sql = (
+        f"SELECT DISTINCT {identity_column(store)} AS scenario, metrics FROM outcomes_v "
+        "WHERE metrics IS NOT NULL AND strpos(CAST(metrics AS VARCHAR), 'markers') > 0"
+    )
     for row in store.fetch(sql, []):
         metrics = json.loads(row["metrics"]) if isinstance(row["metrics"], str) else row["metrics"]
         found.setdefault(str(row["scenario"]), set()).update(map(str, (metrics or {}).get("markers") or []))
@@ -355,7 +369,10 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
     only its first line; with the machine columns the pin compares within."""
     if not scenarios:
         return []
-    where, params = _where({**(filters or {}), "scenario": list(scenarios)})
+    where, params = _where({k: v for k, v in (filters or {}).items() if k != "scenario"})
+    marks = ", ".join("?" for _ in scenarios)
+    where += (" AND " if where else " WHERE ") + f"{identity_column(store)} IN ({marks})"  # a test across releases: its identity
+    params += list(scenarios)
     # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
     cuda, version = (_column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host_python = _column_or_null(store, "outcomes_v", "host_python")
@@ -370,8 +387,8 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
             FROM cells
         ),
         o AS (
-            SELECT run_id, cell_id, scenario, repeat, status, signature, split_part(message, chr(10), 1) AS message,
-                   gpu, platform, {host_python}, started_at
+            SELECT run_id, cell_id, {identity_column(store)} AS scenario, scenario AS node_id, repeat, status, signature,
+                   split_part(message, chr(10), 1) AS message, gpu, platform, {host_python}, started_at
             FROM outcomes_v{where}
         )
         SELECT o.*, c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version

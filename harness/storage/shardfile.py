@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.outcome import CellRecord, Outcome
-from harness.analysis.rows import AXIS_ORDER
+from harness.analysis.rows import AXIS_ORDER, as_tests
 from harness.errors import StoreError
 
 
@@ -152,7 +152,8 @@ class ShardStore:
                     "host_python": host.get("python"),
                 }
             )
-        return sorted(rows, key=lambda r: (r["cell_id"], r["scenario"], r["repeat"]))
+        # as the answers read them: `scenario` a test's identity across releases, `node_id` its node id
+        return as_tests(sorted(rows, key=lambda r: (r["cell_id"], r["scenario"], r["repeat"])))
 
     def known_releases(self) -> dict[str, list[str]]:
         """axis -> every release the runs' `releases` lines listed, sorted."""

@@ -23,6 +23,7 @@ from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_
 # -- records (a journal's lines, a shard's lines) as rows ------------------------------------
 def _outcome_row(rec: dict[str, Any]) -> list[Any]:
     row = {**rec, "metrics": json.dumps(rec.get("metrics") or {}), "started_at": rec.get("started_at") or now()}
+    row["test_id"] = rec.get("test_id") or None  # NULL: the node id is the identity
     return [row.get(c) for c in OUTCOME_COLUMNS]
 
 

@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 import duckdb
 
 #: What the answers read: an outcome with its cell's versions and its run's machine (the newest
-#: definition; migrations 0001-0006 wrote earlier ones).
+#: definition; migrations 0001-0008 wrote earlier ones). `test_id`: a suite's test's identity
+#: across the suite's releases (`testsuite_child.test_identity`); the node id (`scenario`) where
+#: none was stored, as in every file written before 0009, and for scenarios.
 OUTCOMES_VIEW = """
 SELECT
     o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
@@ -34,11 +36,14 @@ SELECT
     c.python_version,
     r.host->>'python' AS host_python,
     COALESCE(c.origin, 'matrix') AS origin,
-    o.seconds, c.env_seconds, o.metrics, o.started_at
+    o.seconds, c.env_seconds, o.metrics, o.started_at,
+    COALESCE(o.test_id, o.scenario) AS test_id
 FROM outcomes o
 LEFT JOIN cells c USING (run_id, cell_id)
 LEFT JOIN runs r USING (run_id)
 """
+#: The view over a file whose outcomes have no `test_id` yet (written before 0009, opened by a reader).
+_VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(o.test_id, o.scenario) AS test_id", "o.scenario AS test_id")
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -253,7 +258,14 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # 2.0.1 reads that text back as written and refuses it: every query of the view failed.
         # The view now names its JSON paths whole (readers lay it over an older file too).
         "0008_outcomes_v_json_paths",
-        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW + ";",
+        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(",\n    COALESCE(o.test_id, o.scenario) AS test_id", "") + ";",
+    ),
+    (
+        # A test's identity across the releases of its suite: pytest numbers the parameters it
+        # cannot print (`test_x[config_kwargs45]`), and a release that inserts cases renumbers
+        # every later one. NULL: the node id (`scenario`) is the identity (every older row).
+        "0009_test_identity",
+        "ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS test_id TEXT; CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW + ";",
     ),
 )
 
@@ -274,6 +286,7 @@ OUTCOME_COLUMNS = (
     "seconds",
     "metrics",
     "started_at",
+    "test_id",
 )
 CELL_COLUMNS = (
     "run_id",
@@ -340,7 +353,9 @@ def current_view(con: duckdb.DuckDBPyConnection) -> None:
     """Lay this harness's `outcomes_v` over the file's, in this read-only connection: a file a
     reader may not migrate (one DuckDB 2.0.0 wrote) still reads. A file older than the view's
     columns keeps its own."""
-    try:
-        con.execute("CREATE OR REPLACE TEMP VIEW outcomes_v AS " + OUTCOMES_VIEW)
-    except duckdb.Error:
-        pass
+    for view in (OUTCOMES_VIEW, _VIEW_WITHOUT_TEST_IDS):
+        try:
+            con.execute("CREATE OR REPLACE TEMP VIEW outcomes_v AS " + view)
+            return
+        except duckdb.Error:
+            continue
