@@ -19,7 +19,7 @@ from harness import __version__
 from harness.analysis.outcome import Outcome
 from harness.analysis.refine import Plan
 from harness.commands.summary import WIDTH, render_answer
-from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, BadInput, HarnessError
+from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERMINATED, BadInput, HarnessError
 from harness.inputs.matrix import Cell, load_matrix
 from harness.inputs.scenarios import select
 from harness.running.envs import EnvResult
@@ -103,6 +103,25 @@ def _add_suite(p: argparse._ActionsContainer) -> None:
     )
 
 
+def _add_allow_empty(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="with a suite: a cell where -k/-m selects none of the collected tests does not fail the run "
+        "(default: exit 1, \"selects 0 of N collected tests\"; the [tests] table's allow_empty = true)",
+    )
+
+
+def _ran_no_test(empty: list[str], uncollected: list[str], allowed: bool) -> int:
+    """One line on stderr per cell whose suite ran no test; EXIT_RUN_FAILED unless each is an empty selection allowed."""
+    for line in empty:
+        fix = "allowed (--allow-empty)" if allowed else "no test ran there; pass --allow-empty (or [tests] allow_empty = true) if expected"
+        print(f"harness: {line}: {fix}", file=sys.stderr)
+    for line in uncollected:
+        print(f"harness: {line}", file=sys.stderr)
+    return EXIT_RUN_FAILED if uncollected or (empty and not allowed) else EXIT_OK
+
+
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
@@ -112,6 +131,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     _add_suite(p)
     p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
     p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    _add_allow_empty(p)
     p.add_argument(
         "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
     )
@@ -163,7 +183,7 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.help_tail = not args.no_tail_help
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
-    options.keyword, options.marker = args.keyword, args.marker
+    options.keyword, options.marker, options.allow_empty = args.keyword, args.marker, args.allow_empty
     return _suite_options(args, options)
 
 
@@ -194,7 +214,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         for outcome in done.produced:
             print(json.dumps(outcome.serialize(), default=str))
-        return EXIT_OK
+        return _ran_no_test(done.empty, done.uncollected, done.allow_empty)
     console.print(f"{len(done.produced)} outcome(s) computed, {done.resumed} already stored (resumed)")
     if done.refinement:
         console.print(done.refinement)
@@ -202,7 +222,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     for chain in done.cuda_chains:  # why a module was not preloaded, found in this sweep
         console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
     render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
-    return EXIT_OK
+    return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass
 
 
 def _print_round(console: Console) -> Callable[[int, Plan], None]:
@@ -779,6 +799,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
     p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument("--test-requirement", action="append", default=[], help="a test dependency for every new cell (repeatable)")
+    _add_allow_empty(p)
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="the report on stdout (default: text)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the markdown report here (a CI summary, an issue body)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
@@ -798,7 +819,7 @@ def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
     options = WatchOptions(args.matrix, args.db, args.exclude_newer, args.axis, args.scenario, args.env_root)
     options.refine, options.refine_limit, options.dry_run = not args.no_refine, args.refine_limit, args.dry_run
     options.tests, options.tests_root, options.keyword, options.marker = args.tests, args.tests_root, args.keyword, args.marker
-    options.test_requirements = args.test_requirement
+    options.test_requirements, options.allow_empty = args.test_requirement, args.allow_empty
     progress = None if args.no_progress else ProgressReporter(log)
     report = watch(options, progress, print_round(lambda line: log.print(escape(line), highlight=False)))  # a node id has [brackets]
     for path, text in ((args.markdown, report.markdown()), (args.json, report.json() + "\n")):

@@ -475,6 +475,8 @@ class WatchReport:
     refinement: str = ""  # the refinement's line (`refinement: 1 probe cell(s) …`)
     built: bool = True  # False for --dry-run
     notes: tuple[str, ...] = field(default_factory=tuple)  # axes not watched, scenarios not found, …
+    # cells of the suite that ran no test and were not allowed to ("… selects 0 of N collected tests"): exit 1
+    ran_no_test: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> list[Finding]:
@@ -482,13 +484,15 @@ class WatchReport:
 
     @property
     def exit_status(self) -> int:
-        return EXIT_REGRESSION if self.regressions else EXIT_NOTHING_BROKE
+        return EXIT_REGRESSION if self.regressions or self.ran_no_test else EXIT_NOTHING_BROKE
 
     def headline(self) -> str:
         count = len(self.regressions)
         if count:
             names = "; ".join(f"{f.scenario} with {f.axis} {f.release or f.tested}" for f in grouped(self.regressions))
             return f"{count} regression(s): {names}"
+        if self.ran_no_test:
+            return f"no test ran in {len(self.ran_no_test)} cell(s): {'; '.join(self.ran_no_test)}"
         if not self.new:
             return "nothing new: no release newer than the results file holds"
         passing = [r.target.describe() for r in self.results if r.passes(self.good.guarded)]
@@ -525,7 +529,7 @@ class WatchReport:
         return lines
 
     def markdown(self) -> str:
-        icon = "❌" if self.regressions else "✅"
+        icon = "❌" if self.exit_status else "✅"
         out = [f"## {icon} harness watch: {self.headline()}", ""]
         out.append(f"Results file `{self.db}`, machine **{self.machine or '?'}**, {self._when()}.")
         out.append("")

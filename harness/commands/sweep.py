@@ -11,7 +11,7 @@ included, for the summary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.analysis.answer import Answer
 from harness.analysis.outcome import Outcome
@@ -35,6 +35,9 @@ class SweepDone:
     timing: str  # where the time went (`Sweep.timing_line`)
     cuda_chains: list[str]  # why a module was not preloaded, found in this sweep
     left_journal: str = ""  # the journal another writer kept the file from folding in ("" when none)
+    empty: list[str] = field(default_factory=list)  # cells whose suite selection kept no test ("… selects 0 of N collected tests")
+    uncollected: list[str] = field(default_factory=list)  # cells where pytest ended before it collected the suite
+    allow_empty: bool = False  # --allow-empty, or the [tests] table's allow_empty = true (the CLI's exit status)
 
     @property
     def resumed(self) -> int:
@@ -89,6 +92,9 @@ def run_sweep(
         # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
         found = answer(store, sweep_plan.run_id)
     chains = list(sweep.ledger.cuda_chains)
+    allow = options.allow_empty or bool(sweep_plan.spec.tests.get("allow_empty"))
     # Another writer kept its turn until the end: the outcomes are safe in the journal, which
     # every harness reader sees and the next harness command that writes to the file folds in.
-    return SweepDone(sweep_plan, produced, found, refined, sweep.timing_line(), chains, store.left_journal)
+    done = SweepDone(sweep_plan, produced, found, refined, sweep.timing_line(), chains, store.left_journal)
+    done.empty, done.uncollected, done.allow_empty = list(sweep.ledger.suites_empty), list(sweep.ledger.suites_uncollected), allow
+    return done

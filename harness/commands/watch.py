@@ -40,7 +40,7 @@ from harness.inputs.candidates import PackageIndex, ResolvedMatrix, index_for, r
 from harness.inputs.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.inputs.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.running import hostinfo, live
-from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
+from harness.running.sweep import Ledger, Reporter, Sweep, SweepOptions, SweepPlan, suite_for
 from harness.storage import queries
 from harness.storage.store import Store
 
@@ -63,6 +63,7 @@ class WatchOptions:
     keyword: str = ""
     marker: str = ""
     test_requirements: list[str] = field(default_factory=list)
+    allow_empty: bool = False  # a new cell where -k/-m selects no test does not fail the watch (else [tests] allow_empty)
 
 
 def moment(text: str) -> datetime | None:
@@ -161,18 +162,20 @@ def watch(
             raise BadInput(f"{str(options.db)!r} has outcomes of cell {good.cell_id} but no record of its env; merge the file it came from")
         base = records[good.cell_id]
         cells = {t.axis: base.with_candidate(Candidate(t.axis, "version", t.release)) for t in targets}
-        refined = ""
+        refined, no_test = "", Ledger()  # no_test: the new cells whose suite ran no test
         if targets and not options.dry_run:
             every = list(scenarios.values()) + ([suite] if suite is not None and tests else [])
             # refinement runs the tests whose answer it narrows, each alone (a scenario's name or a node id -> what runs it)
             probes = {**scenarios, **{t: replace(suite, paths=(t,), keyword="", marker="") for t in tests if suite is not None}}
             refined = _build(
-                options, spec, resolved, index, store, run_id, cells, records, every, probes, targets, machine, reporter, on_round
+                options, spec, resolved, index, store, run_id, cells, records, every, probes, targets, machine, reporter, on_round, no_test
             )
         found = answer(store, where=lambda rows: analysis.on_class(analysis.on_machine(rows, prefix), {chosen_class, host_class}))
         after, transitions = found.rows, list(found.transitions)
     mine = [r for r in after if r.get("run_id") == run_id]
     results = analysis.verdict(good, targets, after, mine, transitions, machine)
+    allowed = options.allow_empty or bool(spec.tests.get("allow_empty"))
+    notes += [f"{line} (allowed)" for line in no_test.suites_empty if allowed]
     return analysis.WatchReport(
         db=str(options.db),
         machine=machine,
@@ -184,6 +187,7 @@ def watch(
         refinement=refined,
         built=not options.dry_run,
         notes=tuple(notes),
+        ran_no_test=tuple(no_test.suites_uncollected + ([] if allowed else no_test.suites_empty)),
     )
 
 
@@ -230,11 +234,12 @@ def _build(
     machine: str,
     reporter: Reporter | None,
     on_round: OnRound | None,
+    no_test: Ledger,
 ) -> str:
     """Run the target cells as an ordinary sweep into the file, then refine what broke on their lines only.
 
     scenarios: what each target cell runs (a suite runs whole); probes: what refinement runs for
-    a scenario's name or a test's node id."""
+    a scenario's name or a test's node id; no_test gets the target cells whose suite ran no test."""
     plan = SweepPlan(
         SweepOptions(options.matrix, options.db, env_root=options.env_root),
         spec,
@@ -249,6 +254,8 @@ def _build(
         done = store.done_keys(run_id)
         work = [(cell, todo) for cell in cells.values() if (todo := sweep.todo(cell, done))]
         sweep.run_cells(work, origin="watch")
+        no_test.suites_empty += sweep.ledger.suites_empty
+        no_test.suites_uncollected += sweep.ledger.suites_uncollected
         if not options.refine or not sweep.settings.refine:
             return "refinement: off" + (" (--no-refine)" if not options.refine else " (refine = false in the matrix)")
         lines = {(t.axis, t.held) for t in targets}

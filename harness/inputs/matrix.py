@@ -61,6 +61,7 @@ TESTS_KEYS: dict[str, type | tuple[type, ...]] = {
     "m": str,
     "requirements": list,
     "timeout": (int, float),
+    "allow_empty": bool,  # a selection that matches no test in a cell is not a failure
 }
 PICKS = ("all", "newest-patch", "newest-minor", "newest")
 # What the fork server imports once per cell, in order. A module that initialises CUDA at
@@ -250,14 +251,43 @@ def _parse_tests(raw: Any, problems: list[str]) -> dict[str, Any]:
             problems.append(f"unknown key {key!r} in [tests]; expected one of {sorted(TESTS_KEYS)}")
         elif (
             not isinstance(value, kind)
-            or isinstance(value, bool)
+            or (isinstance(value, bool) and kind is not bool)
             or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
         ):
-            wanted = "a list of strings" if kind is list else "a string" if kind is str else "a number of seconds"
+            named = {list: "a list of strings", str: "a string", bool: "true or false"}
+            wanted = named[kind] if isinstance(kind, type) and kind in named else "a number of seconds"
             problems.append(f"[tests] {key} = {value!r} has the wrong type; give {wanted}")
+        elif key in ("k", "m") and (complaint := pytest_expression_problem(str(value), f"-{key}")):
+            problems.append(f"[tests] {key} = {value!r}: pytest says {complaint}; give an expression pytest accepts")
         else:
             kept[key] = value
     return kept
+
+
+def pytest_expression_problem(expression: str, option: str) -> str:
+    """pytest's complaint about a -k or -m expression, as pytest words it; "" when it has none,
+    or when pytest does not import here (the harness does not need it to run: the cells then
+    say it, `testsuite_child`'s "usage_error"). The check is pytest's own parser.
+
+    >>> pytest_expression_problem("lora and not slow", "-k")
+    ''
+    >>> pytest_expression_problem("and or", "-k")
+    "Wrong expression passed to '-k': and or: at column 1: expected not OR left parenthesis OR identifier; got and"
+    """
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return ""
+    text = expression.lstrip() if option == "-k" else expression  # as pytest reads each
+    if not text:
+        return ""
+    try:
+        Expression.compile(text)
+    except SyntaxError as err:  # pytest 8 and 9 raise this; the message as `pytest -k` prints it
+        return f"Wrong expression passed to '{option}': {err.text}: at column {err.offset}: {err.msg}"
+    except Exception as err:  # an older pytest's ParseError: "at column N: ..."
+        return f"Wrong expression passed to '{option}': {text}: {err}"
+    return ""
 
 
 def _parse_settings(raw: Any, problems: list[str]) -> Settings:

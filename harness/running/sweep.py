@@ -93,6 +93,7 @@ class SweepOptions:
     # runs those of the tag of the `tests_of` version installed there.
     tests_of: str = ""
     tests_git: str = ""
+    allow_empty: bool = False  # a cell whose -k/-m selects no test does not fail the sweep (else [tests] allow_empty)
 
 
 @dataclass
@@ -268,6 +269,10 @@ class Ledger:
     helpers: int = 0  # second fork servers an idle job ran a cell's last scenarios on (tail help)
     helpers_ahead: int = 0  # of those, started ahead, before the job was idle
     spares_unused: int = 0  # started ahead and never taken (their start still counts above)
+    # cells whose suite ran no test: its -k/-m selects none there ("… selects 0 of N collected
+    # tests"; fails the sweep unless allowed), or pytest ended before it collected (always fails)
+    suites_empty: list[str] = field(default_factory=list)
+    suites_uncollected: list[str] = field(default_factory=list)
 
     def count_servers(self, runner: CellRunner) -> None:
         """A runner's fork-server starts (a spare's too: it was paid for), and the CUDA chains they found."""
@@ -681,15 +686,17 @@ class Sweep:
             return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars)
 
         made: list[Outcome] = []
+        tally = SuiteTally(cell.id, suite)  # an -m pytest refuses: BadInput, and nothing of the suite stored here
         for event in run_suite(start, runner.kill_running, events, timeout, done=done):
             if event.get("event") == "imported":
                 runner.imports[str(suite.path.resolve())] = [str(m) for m in event.get("modules", [])]
-            found = _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)
-            if found is not None and not self._stopping.is_set():
-                with self._lock:
-                    self.ledger.scenario_seconds += found.seconds
-                    self.ledger.scenarios_run += 1
-                made.append(self._emit(found, cell))
+            for found in tally.take(event, _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)):
+                if not self._stopping.is_set():
+                    with self._lock:
+                        self.ledger.scenario_seconds += found.seconds
+                        self.ledger.scenarios_run += 1
+                    made.append(self._emit(found, cell))
+        tally.end(self.ledger, stopped=self._stopping.is_set())  # a selection of no test, said at the end
         return made
 
     def _run_one(
@@ -728,6 +735,62 @@ def _suite_outcome(
     made = outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
     made.test_id = result.test_id
     return made
+
+
+class SuiteTally:
+    """One cell's suite events in the order they come, and what they say about its selection.
+
+    A file that failed to collect is stored only once pytest took the selection ("selection"):
+    when pytest refuses it ("usage_error": an -m naming an unknown marker under
+    --strict-markers, or any expression the harness's process could not check) the sweep stops
+    with BadInput and nothing of the suite is stored in the cell. A selection that keeps no test
+    of those collected is no outcome (no node id ran; a rerun runs the collection again and says
+    it again): `end` notes it on the ledger, for the sweep's exit status.
+    """
+
+    def __init__(self, cell_id: str, suite: Suite) -> None:
+        self.cell_id, self.suite = cell_id, suite
+        self.selection: dict[str, Any] = {}
+        self.held: list[Outcome] = []
+        self.outcomes = 0
+
+    def take(self, event: dict[str, Any], found: Outcome | None) -> list[Outcome]:
+        """The outcomes to store now, in order (none while a collection error waits)."""
+        kind = event.get("event")
+        if kind == "usage_error":
+            said = str(event.get("message", "")).strip().splitlines()
+            raise BadInput(
+                f"pytest refuses the suite's selection ({self.words()}) in cell {self.cell_id}: {said[0] if said else 'a usage error'}; "
+                "fix -k/-m (or the [tests] table's k/m)"
+            )
+        if kind in ("selection", "collected"):
+            self.selection = self.selection or event  # "collected" alone: pytest stopped it after collecting (a node id not found)
+        if found is not None:
+            self.held.append(found)
+        if kind == "collect_error" and not self.selection:
+            return []
+        ready, self.held = self.held, []
+        self.outcomes += len(ready)
+        return ready
+
+    def end(self, ledger: Ledger, *, stopped: bool) -> None:
+        """After the suite's last event: held errors are already out (the child's "imported" comes
+        last); a selection of no test, or no collection at all, noted on the ledger."""
+        if stopped or self.outcomes:
+            return
+        if self.selection.get("event") == "selection" and not int(self.selection.get("selected", 0)):
+            collected = int(self.selection.get("collected", 0))
+            ledger.suites_empty.append(f"{self.cell_id}: {self.words()} selects 0 of {collected} collected tests")
+        elif not self.selection:
+            ledger.suites_uncollected.append(
+                f"{self.cell_id}: pytest ended before it collected the suite (no test ran); "
+                f"run `python -m pytest --collect-only` in {self.suite.root} with the cell's interpreter to see why"
+            )
+
+    def words(self) -> str:
+        """The selection as the command line gives it: -k 'x' -m 'y', else the paths."""
+        flags = [f"{flag} {value!r}" for flag, value in (("-k", self.suite.keyword), ("-m", self.suite.marker)) if value]
+        return " ".join(flags) or " ".join(self.suite.paths) or "the suite"
 
 
 def run_releases(plan: SweepPlan, find_links: list[str]) -> dict[str, list[tuple[str, datetime | None]]]:

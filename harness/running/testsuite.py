@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.interpret import Interpretation
-from harness.analysis.signature import Frame, make_signature, status_signature
+from harness.analysis.signature import Frame, Signature, make_signature, status_signature
 from harness.analysis.status import Status
 from harness.errors import BadInput
+from harness.inputs.matrix import pytest_expression_problem
 from harness.inputs.scenarios import Scenario
 from harness.inputs.testsource import NoTests, TestSource
 
@@ -116,6 +117,7 @@ def make_suite(
 ) -> Suite:
     """The suite at `root` (the folder where the team types `pytest`), checked. With a `source`,
     `root` is the cache its checkouts go to, and the paths are checked per cell, at its tag."""
+    check_selection(keyword, marker)
     if source is not None:
         cache = Path(root).resolve()
         return Suite(
@@ -136,6 +138,15 @@ def make_suite(
     if missing:
         raise BadInput(f"test path {missing[0]!r} is not under {str(folder)!r}; pass paths relative to the tests root")
     return Suite(name="pytest", path=folder / "conftest.py", timeout=timeout, root=folder, paths=chosen, keyword=keyword, marker=marker)
+
+
+def check_selection(keyword: str, marker: str) -> None:
+    """BadInput naming the expression and pytest's complaint, before any env is built, for a -k
+    or -m that pytest would refuse (its own parser, where pytest imports in the harness's
+    process; elsewhere the cells' collection says it: `Sweep`'s "usage_error")."""
+    for option, expression in (("-k", keyword), ("-m", marker)):
+        if expression and (complaint := pytest_expression_problem(expression, option)):
+            raise BadInput(f"{option} {expression!r}: pytest says {complaint}; give an expression pytest accepts, e.g. {option} 'not slow'")
 
 
 #: Reads one root file of the suite by name; None where there is none.
@@ -242,8 +253,32 @@ def meaning(result: TestResult, libraries: Iterable[str]) -> Interpretation:
         return Interpretation(status, result.message, status_signature(status.value, result.exception_type), result.exception_type)
     body = result.message.removeprefix("in setup: ").removeprefix("in teardown: ")
     message = body.split(": ", 1)[1] if ": " in body else body
-    signature = make_signature(result.exception_type or "Failed", message, result.frames, libraries)
+    if result.phase == "collection":  # a file that failed to import: the file it names stays in the signature
+        signature = collection_signature(result.exception_type or "Failed", message, result.frames, libraries)
+    else:
+        signature = make_signature(result.exception_type or "Failed", message, result.frames, libraries)
     return Interpretation(status, result.message, signature, result.exception_type, result.traceback)
+
+
+#: The end of a collection error's message (`testsuite_child.collection_exception`): where in the team's code.
+_WHERE = re.compile(r"^(?P<said>.*) \((?P<file>[^()]+), line (?P<line>\d+)\)$")
+
+
+def collection_signature(kind: str, message: str, frames: list[Frame], libraries: Iterable[str]) -> Signature:
+    """The signature of a file that failed to collect: its exception's, as any other (message
+    masked, a library's frame blamed), with the file of the team's code it names kept, which the
+    masking would fold into "(...)"; its line masked, like every number.
+
+    >>> collection_signature("SyntaxError", "invalid syntax (tests/test_bad.py, line 4)", [], ()).text
+    'SyntaxError: invalid syntax (tests/test_bad.py, line <n>)'
+    """
+    found = _WHERE.match(message)
+    if found is None:
+        return make_signature(kind, message, frames, libraries)
+    plain = make_signature(kind, found["said"], frames, libraries)
+    masked = f"{plain.message} ({found['file']}, line <n>)"
+    text = f"{plain.exception_type}: {masked}" + (f" @ {plain.location}" if plain.location else "")
+    return Signature(plain.exception_type, masked, plain.library, plain.location, text)
 
 
 # -- the controller --------------------------------------------------------------------------------

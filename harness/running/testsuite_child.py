@@ -8,7 +8,9 @@ line without a result, and the next worker is told to leave out every test alrea
 
 Events, one JSON object a line:
     {"event": "collected", "nodeids": [...]}
-    {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "traceback"}
+    {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "frames", "traceback"}
+    {"event": "selection", "collected": N, "selected": M}   N collected before -k/-m; M kept (done ones included)
+    {"event": "usage_error", "message": ...}   pytest refused the selection (an -m naming an unknown marker)
     {"event": "start", "nodeid": ..., "test_id": ...}
     {"event": "result", "nodeid", "test_id", "status", "phase", "exception_type", "message", "frames", "traceback", "reason",
      "seconds", "markers"}
@@ -200,6 +202,7 @@ class Plugin:
         self.exceptions: dict[tuple[str, str], dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
         self.markers: dict[str, list[str]] = {}  # node id -> its marker names (what `harness pin -m` selects on)
+        self.resumed = 0  # tests of the selection left out because they are done
         self.identities: dict[str, str] = {}  # node id -> its identity, where the two differ (`test_identity`)
 
     def emit(self, **event: Any) -> None:
@@ -209,6 +212,7 @@ class Plugin:
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
         self.identities = identities(items)  # of every test collected, before any is left out: the same in each worker
         left = [item for item in items if item.nodeid in self.skip]
+        self.resumed = len(left)  # done already: still part of the selection (`_selection_guard`)
         if left:
             items[:] = [item for item in items if item.nodeid not in self.skip]
             config.hook.pytest_deselected(items=left)
@@ -222,17 +226,17 @@ class Plugin:
             self.markers[item.nodeid] = sorted({m.name for m in item.iter_markers()} - {"parametrize"})
         self.emit(event="collected", nodeids=[item.nodeid for item in session.items])
 
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        # A file that failed to collect: the exception itself, not pytest's CollectError text
+        # around it (called just before its report is logged; with --pdb, the debugger's own).
+        if call.when == "collect" and call.excinfo is not None:
+            where = getattr(getattr(node.config, "invocation_params", None), "dir", None) or os.getcwd()
+            self.exceptions[(report.nodeid, "collect")] = collection_exception(call.excinfo.value, str(where))
+
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
-            crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
-            kind, _, message = str(getattr(crash, "message", report.longrepr)).partition(": ")
-            self.emit(
-                event="collect_error",
-                nodeid=report.nodeid,
-                exception_type=kind,
-                message=message,
-                traceback=str(report.longrepr)[-TRACEBACK_CHARS:],
-            )
+            found = self.exceptions.pop((report.nodeid, "collect"), None) or _from_text(report.longrepr)
+            self.emit(event="collect_error", nodeid=report.nodeid, **found, traceback=str(report.longrepr)[-TRACEBACK_CHARS:])
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         marks = {"markers": self.markers[nodeid]} if self.markers.get(nodeid) else {}
@@ -268,6 +272,75 @@ class Plugin:
             self.emit(event="result", nodeid=report.nodeid, **self._identity(report.nodeid), seconds=seconds, **result, **marks)
 
 
+#: pytest's wrappers around the exception a collection failed on.
+COLLECTION_WRAPPERS = ("CollectError", "ConftestImportFailure")
+
+
+def collection_exception(exc: BaseException, root: str) -> dict[str, Any]:
+    """What a file's collection failed on: the exception pytest wrapped (a SyntaxError, an
+    ImportError, a conftest's), its frames, and where in the team's code, as a SyntaxError says
+    it: "(tests/test_x.py, line 3)" (its own file and line; else the innermost frame under `root`).
+
+    >>> try:
+    ...     compile("def f(:", "/suite/tests/test_bad.py", "exec")
+    ... except SyntaxError as err:
+    ...     found = collection_exception(err, "/suite")
+    >>> found["exception_type"], found["message"], found["frames"][-1]
+    ('builtins.SyntaxError', 'invalid syntax (tests/test_bad.py, line 1)', ['/suite/tests/test_bad.py', 1, '<module>'])
+    """
+    while type(exc).__name__ in COLLECTION_WRAPPERS:
+        inner = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+        if not isinstance(inner, BaseException) or type(inner).__module__.startswith("_pytest."):
+            break  # none, or pytest's own (a module-level pytest.skip): its CollectError explains it
+        exc = inner
+    frames: list[list[Any]] = [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)]
+    inside = os.path.join(os.path.abspath(root), "")
+    message = str(exc)
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        frames.append([exc.filename, exc.lineno, "<module>"])
+        path = os.path.abspath(exc.filename)
+        shown = os.path.relpath(path, root) if path.startswith(inside) else os.path.basename(path)
+        message = f"{exc.msg} ({shown}, line {exc.lineno})"
+    else:
+        ours = [f for f in frames if os.path.abspath(f[0]).startswith(inside) and "site-packages" not in f[0]]
+        if ours:
+            message = f"{message} ({os.path.relpath(os.path.abspath(ours[-1][0]), root)}, line {ours[-1][1]})"
+    return {"exception_type": _type_name(exc), "message": message[:2000], "frames": frames}
+
+
+def _from_text(longrepr: Any) -> dict[str, Any]:
+    """A failed collection's report alone (no exception seen): its crash line, else the last
+    `E   Type: message` line of pytest's text."""
+    crash = getattr(longrepr, "reprcrash", None)
+    said = str(getattr(crash, "message", "")) if crash is not None else ""
+    if not said:
+        raised = [line[1:].strip() for line in str(longrepr).splitlines() if line.startswith("E ") and ": " in line]
+        said = raised[-1] if raised else str(longrepr).strip().splitlines()[-1] if str(longrepr).strip() else ""
+    kind, _, message = said.partition(": ")
+    return {"exception_type": kind, "message": message}
+
+
+def _selection_guard(pytest: Any, plugin: Plugin) -> object:
+    """A wrapper around pytest's deselection (-k, -m, the tests already done): how many tests the
+    session collected and how many the selection kept ("selection"), or the complaint of pytest
+    refusing it ("usage_error": an -m naming an unknown marker under --strict-markers), which
+    would otherwise end the session, exit 4, with no event. Made here: `pytest.hookimpl` needs
+    pytest, which `run` imports."""
+
+    class Selection:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> Any:  # a generator
+            collected = len(items)
+            outcome = yield
+            error = outcome.excinfo[1] if outcome.excinfo else None
+            if isinstance(error, pytest.UsageError):
+                plugin.emit(event="usage_error", message=str(error))
+            elif error is None:
+                plugin.emit(event="selection", collected=collected, selected=len(items) + plugin.resumed)
+
+    return Selection()
+
+
 def _new_imports(before: set[str], root: str) -> list[str]:
     """Installed modules loaded since `before`, leaves only; not the suite's own files."""
     inside = os.path.join(os.path.abspath(root), "")
@@ -291,7 +364,7 @@ def run(root: str, args: list[str], events: str, skip: list[str]) -> int:
     sys.path.insert(0, root)  # as `python -m pytest` run from the suite's folder has it
     plugin = Plugin(events, skip)
     try:
-        code = int(pytest.main(args, plugins=[plugin]))
+        code = int(pytest.main(args, plugins=[plugin, _selection_guard(pytest, plugin)]))
     finally:
         plugin.emit(event="imported", modules=_new_imports(before, root))
         plugin.out.close()
