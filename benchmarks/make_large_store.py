@@ -504,9 +504,12 @@ def _bisections(store: Store, rng: random.Random, when: datetime) -> list[tuple[
 def _insert(store: Store, rows: list[tuple[Any, ...]]) -> None:
     import pyarrow as pa
 
-    columns = list(OUTCOME_COLUMNS)
+    # rows hold the columns in OUTCOME_COLUMNS' order; a later column they lack (test_id) stays NULL
+    columns = list(OUTCOME_COLUMNS)[: len(rows[0])]
     table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(columns)})
-    store.con.from_arrow(table).insert_into("outcomes")
+    store.con.register("batch", table)
+    store.con.execute(f"INSERT INTO outcomes ({', '.join(columns)}) SELECT * FROM batch")
+    store.con.unregister("batch")
 
 
 # -- a team's test suite as the checks -----------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from harness.analysis.rows import Machine, axis_sort, machine_of, points, requested, signature_of
+from harness.analysis.rows import CellFacts, Machine, axis_sort, cell_facts, points, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
 from harness.analysis.versions import Point, between, commit_index, order_key, release
 
@@ -356,29 +356,49 @@ def attribute(
     are ignored.
     """
     commit_order = commit_order or {}
-    cells: dict[str, dict[tuple[Machine, tuple[tuple[str, Point], ...]], _Cell]] = defaultdict(dict)
+    # Cells are read once per cell (`rows.cell_facts`), numbered by their combination of
+    # versions on a machine; a scenario's cells are a dict by that number.
+    kinds: dict[CellFacts, int] = {}  # -1: no versions (ignored)
+    numbers: dict[tuple[Machine, tuple[tuple[str, Point], ...]], int] = {}
+    combos: list[dict[str, Point]] = []
+    machines_of: list[Machine] = []
+    sources: list[bool] = []  # a git or path candidate: placed by when it first ran
+    rows = rows if isinstance(rows, Sequence) else list(rows)  # read twice below
+    failing = {row["scenario"] for row in rows if row["status"] in FAILURES}
+    cells: dict[str, dict[int, _Cell]] = defaultdict(dict)
     first_seen: dict[tuple[str, Point], str] = {}
     for row in rows:
-        found = points(row)
-        if not found:
+        facts = cell_facts(row)
+        kid = kinds.get(facts)
+        if kid is None:
+            kid = kinds[facts] = _number(facts, numbers, combos, machines_of, sources)
+        if kid < 0:
             continue
-        machine = machine_of(row)
-        key = (machine, tuple(sorted(found.items())))
-        cells[row["scenario"]].setdefault(key, _Cell(found, machine)).rows.append(row)
-        when = str(row.get("started_at") or "").replace("T", " ")  # a datetime from DuckDB, or ISO text
-        for axis, point in found.items():
-            if when and point.release is None and when < first_seen.get((axis, point), "~"):
-                first_seen[(axis, point)] = when
+        # A scenario that never failed has no transition, flaky cell or machine difference: at
+        # 20,000 tests only the few that fail somewhere are worth a cell of their own.
+        if row["scenario"] in failing:
+            by_kid = cells[row["scenario"]]
+            cell = by_kid.get(kid)
+            if cell is None:
+                cell = by_kid[kid] = _Cell(dict(combos[kid]), machines_of[kid])
+            cell.rows.append(row)
+        when = str(row.get("started_at") or "").replace("T", " ") if sources[kid] else ""  # a datetime, or ISO text
+        if when:
+            for axis, point in combos[kid].items():
+                if point.release is None and when < first_seen.get((axis, point), "~"):
+                    first_seen[(axis, point)] = when
 
-    known = _known_releases(cells, known_versions or {})
+    known = _known_releases(combos, known_versions or {})
     blind = frozenset(unlisted)
     transitions: list[Transition] = []
     flaky: list[Flaky] = []
     machines: list[MachineDifference] = []
+    shapes: dict[tuple[str, tuple[int, ...]], list[list[int]]] = {}
     for scenario in sorted(cells):
-        by_combo = list(cells[scenario].values())
+        by_kid = cells[scenario]
+        by_combo = list(by_kid.values())
         axes = axis_sort({a for c in by_combo for a in c.points})
-        lines = {axis: _lines(by_combo, axis, commit_order.get(axis, ()), first_seen) for axis in axes}
+        lines = {axis: _lines_of(by_kid, axis, commit_order.get(axis, ()), first_seen, shapes) for axis in axes}
         for signature, family in _signatures(by_combo):
             for axis in axes:
                 for line in lines[axis]:
@@ -403,6 +423,43 @@ def attribute(
                     )
             machines.extend(_machine_differences(scenario, signature, family, by_combo))
     return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
+
+
+def _number(
+    facts: CellFacts,
+    numbers: dict[tuple[Machine, tuple[tuple[str, Point], ...]], int],
+    combos: list[dict[str, Point]],
+    machines_of: list[Machine],
+    sources: list[bool],
+) -> int:
+    """The number of a cell's combination of versions on its machine (-1 when it has none)."""
+    found = facts.points
+    if not found:
+        return -1
+    key = (facts.machine, tuple(sorted(found.items())))
+    if key not in numbers:
+        numbers[key] = len(combos)
+        combos.append(dict(found))
+        machines_of.append(facts.machine)
+        sources.append(any(p.release is None for p in found.values()))
+    return numbers[key]
+
+
+def _lines_of(
+    by_kid: Mapping[int, _Cell],
+    axis: str,
+    commits: Sequence[str],
+    first_seen: Mapping[tuple[str, Point], str],
+    shapes: dict[tuple[str, tuple[int, ...]], list[list[int]]],
+) -> list[list[_Cell]]:
+    """`_lines` of one scenario's cells. Most tests of a suite ran in the same cells, so the lines'
+    shape (which cells, in which order) is worked out once per axis and set of cells and reused."""
+    order = tuple(by_kid)
+    shape = shapes.get((axis, order))
+    if shape is None:
+        number = {id(cell): kid for kid, cell in by_kid.items()}
+        shape = shapes[(axis, order)] = [[number[id(c)] for c in line] for line in _lines(list(by_kid.values()), axis, commits, first_seen)]
+    return [[by_kid[kid] for kid in line] for line in shape]
 
 
 def _signatures(cells: list[_Cell]) -> list[tuple[str, str]]:
@@ -490,7 +547,7 @@ def _public(point: Point) -> Version | None:
     return Version(point.release.public) if point.release is not None else None
 
 
-def _known_releases(cells: Mapping[str, Mapping[Any, _Cell]], given: Mapping[str, Iterable[str]]) -> dict[str, list[Version]]:
+def _known_releases(combos: Iterable[Mapping[str, Point]], given: Mapping[str, Iterable[str]]) -> dict[str, list[Version]]:
     """axis -> sorted public releases: those given, and every release any stored cell used on that axis."""
     known: dict[str, set[Version]] = defaultdict(set)
     for axis, values in given.items():
@@ -498,11 +555,10 @@ def _known_releases(cells: Mapping[str, Mapping[Any, _Cell]], given: Mapping[str
             version = release(str(value))
             if version is not None and not version.is_prerelease and not version.is_devrelease:
                 known[axis].add(Version(version.public))
-    for by_combo in cells.values():
-        for cell in by_combo.values():
-            for axis, point in cell.points.items():
-                if point.release is not None:
-                    known[axis].add(Version(point.release.public))
+    for found in combos:
+        for axis, point in found.items():
+            if point.release is not None:
+                known[axis].add(Version(point.release.public))
     return {axis: sorted(versions) for axis, versions in known.items()}
 
 
@@ -618,9 +674,9 @@ def headline_of(row: Mapping[str, Any]) -> str:
 def release_axes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """Axes along which cells ran two or more releases: the only ones a range between releases can lie on."""
     found: dict[str, set[str]] = {}
-    for row in rows:
-        for axis, point in points(row).items():
-            if point.release is not None and requested(row).get(axis) != "inherit":
+    for facts in {cell_facts(row) for row in rows}:  # once per cell
+        for axis, point in facts.points.items():
+            if point.release is not None and facts.requested.get(axis) != "inherit":
                 found.setdefault(axis, set()).add(point.value)
     return sorted(axis for axis, values in found.items() if len(values) > 1)
 

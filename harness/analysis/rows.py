@@ -66,11 +66,68 @@ def _by_name_text(text: str) -> Mapping[str, str]:
     return MappingProxyType({canonical(k): str(v) for k, v in json_map(text).items()})
 
 
+# -- one cell's facts, read once --------------------------------------------------------------
+#: The columns every fact below is read from: what a cell and its run's host hold, not the outcome.
+_CELL_COLUMNS = (
+    "versions", "installed", "inherited", "git_commits", "platform", "gpu", "gpu_count",
+    "python_version", "python", "host_python", "cuda_runtime", *AXIS_ORDER,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: one object per cell, a key for per-cell work
+class CellFacts:
+    """What one cell's columns say (`cell_facts`); read-only."""
+
+    asked: Mapping[str, str]  # `versions` by canonical name, as stored ({} when a row has none)
+    requested: Mapping[str, str]
+    points: Mapping[str, Point]
+    installed: Mapping[str, str]
+    machine: Machine
+    machine_class: str
+
+
+_CACHE: dict[tuple[Any, Any], tuple[tuple[Any, ...], CellFacts]] = {}
+_CACHE_LIMIT = 65536
+
+
+def cell_facts(row: Mapping[str, Any]) -> CellFacts:
+    """What a row's cell columns say, computed once per cell of a run.
+
+    Every outcome of a cell carries the same cell columns (the view joins them in): at 20,000
+    tests x 20 cells, parsing them per row was most of the time attribution and the known-good
+    set took. The cache is keyed by (run, cell) and checked against the columns themselves,
+    so rows made by hand that reuse a cell id with other versions are read afresh.
+    """
+    raw = tuple(map(row.get, _CELL_COLUMNS))
+    key = (row.get("run_id"), row.get("cell_id"))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == raw:  # the same objects, as `queries.outcome_rows` shares them: no text compared
+        return hit[1]
+    facts = _read_facts(row)
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.clear()
+    _CACHE[key] = (raw, facts)
+    return facts
+
+
+def _read_facts(row: Mapping[str, Any]) -> CellFacts:
+    wanted = _requested(row)
+    found = _installed(row, wanted)
+    machine = _machine_of(row, found)
+    asked = MappingProxyType(dict(_by_name(row.get("versions"))))
+    points_of = MappingProxyType(_points(row, wanted))
+    return CellFacts(asked, MappingProxyType(wanted), points_of, MappingProxyType(found), machine, _machine_class(row))
+
+
 def requested(row: Mapping[str, Any]) -> dict[str, str]:
     """axis -> the value the cell asked for (`1.14.0`, a git URL, a path, `inherit`).
 
     The axes are the keys of `versions`, or the five axis columns when a row has none.
     """
+    return dict(cell_facts(row).requested)
+
+
+def _requested(row: Mapping[str, Any]) -> dict[str, str]:
     versions = _by_name(row.get("versions"))
     if versions:
         return dict(versions)
@@ -83,11 +140,15 @@ def points(row: Mapping[str, Any]) -> dict[str, Point]:
     A git or path candidate carries its commit; an inherited axis is placed by the version the
     base interpreter really had (what was tested).
     """
+    return dict(cell_facts(row).points)
+
+
+def _points(row: Mapping[str, Any], wanted: Mapping[str, str]) -> dict[str, Point]:
     commits = json_map(row.get("git_commits"))
     found = _by_name(row.get("installed"))
     inherited = _by_name(row.get("inherited"))
     out = {}
-    for axis, value in requested(row).items():
+    for axis, value in wanted.items():
         if value == "inherit":
             value = inherited.get(axis) or found.get(axis) or value
         out[axis] = Point(value, str(commits.get(axis) or ""))
@@ -96,9 +157,13 @@ def points(row: Mapping[str, Any]) -> dict[str, Point]:
 
 def installed(row: Mapping[str, Any]) -> dict[str, str]:
     """axis -> the exact version the cell ran (`2.13.0+cpu`): its freeze, else inherited, else requested."""
+    return dict(cell_facts(row).installed)
+
+
+def _installed(row: Mapping[str, Any], wanted: Mapping[str, str]) -> dict[str, str]:
     found, inherited = _by_name(row.get("installed")), _by_name(row.get("inherited"))
     out = {}
-    for axis, value in requested(row).items():
+    for axis, value in wanted.items():
         exact = found.get(axis) or inherited.get(axis) or value or str(row.get(axis) or "")
         if exact:
             out[axis] = exact
@@ -154,10 +219,14 @@ def machine_of(row: Mapping[str, Any]) -> Machine:
     `python` setting when it is a version, else from the host's Python (a path setting names an
     interpreter on that host).
     """
+    return cell_facts(row).machine
+
+
+def _machine_of(row: Mapping[str, Any], found: Mapping[str, str]) -> Machine:
     python = (
         _minor(str(row.get("python_version") or "")) or _minor(str(row.get("python") or "")) or _minor(str(row.get("host_python") or ""))
     )
-    cuda = str(row.get("cuda_runtime") or "") or _cuda_from_torch(installed(row).get("torch", ""))
+    cuda = str(row.get("cuda_runtime") or "") or _cuda_from_torch(found.get("torch", ""))
     # A row with no host at all (pure tests, hand-made rows) has no machine class to name.
     accelerator = str(row.get("gpu") or ("cpu" if row.get("platform") else ""))
     return Machine(str(row.get("platform") or ""), accelerator, python, cuda)
@@ -174,6 +243,10 @@ def machine_class(row: Mapping[str, Any]) -> str:
     >>> machine_class({"gpu": "NVIDIA H200", "gpu_count": 2}), machine_class({"gpu": "cpu", "gpu_count": 0, "platform": "linux-x86_64"})
     ('2x NVIDIA H200', 'cpu')
     """
+    return cell_facts(row).machine_class
+
+
+def _machine_class(row: Mapping[str, Any]) -> str:
     gpu = str(row.get("gpu") or "")
     if not gpu or gpu.lower() == "cpu":
         return "cpu" if gpu or row.get("platform") else ""

@@ -106,4 +106,4 @@ def fold_statuses(statuses: Iterable[str]) -> str:
 
 def status_of(word: str) -> str:
     """The colour key of a folded word: its status, or `mixed`."""
-    return "mixed" if word.endswith("mixed") else (word.split()[0] if word else "")
+    return "mixed" if word.endswith("mixed") else word.partition(" ")[0]

@@ -27,6 +27,7 @@ ALLOWED_STDLIB = frozenset(
     {
         "__future__",
         "bisect",  # a sorted list's runs (pin's test selection)
+        "heapq",  # the known-good set's drop order (pin.drop_order)
         "collections",
         "collections.abc",
         "dataclasses",
