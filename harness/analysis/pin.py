@@ -313,35 +313,44 @@ def _breaks_collection(row: Mapping[str, Any]) -> bool:
     return "::" not in str(row.get("scenario") or "") and str(row["status"]) in (*FAILURES, Status.INCONCLUSIVE)
 
 
+def by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[CellFacts, list[Mapping[str, Any]]]:
+    """Rows by the cell they ran in (`rows.cell_facts`), in the order the cells first appear."""
+    groups: dict[CellFacts, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[cell_facts(row)].append(row)
+    return groups
+
+
 def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:
+    return _cells_of(by_cell(rows), scenarios, constraints)
+
+
+def _cells_of(groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:
+    # Whether rows are admitted and which cell they join depend only on their cell's columns:
+    # decided once per cell, not once per outcome.
     cells: dict[tuple[tuple[str, str], ...], _Cell] = {}
     uncollected: dict[tuple[tuple[str, str], ...], set[str]] = defaultdict(set)
-    # Whether a row is admitted and which cell it joins depend only on its cell's columns:
-    # decided once per cell (`rows.cell_facts`), not once per outcome.
-    per_cell: dict[CellFacts, tuple[bool, tuple[tuple[str, str], ...]]] = {}
-    asked: set[tuple[tuple[tuple[str, str], ...], CellFacts]] = set()
-    for row in rows:
-        facts = cell_facts(row)
-        known = per_cell.get(facts)
-        if known is None:
-            known = per_cell[facts] = (constraints.admits_row(row), tuple(sorted(facts.installed.items())))
-        admitted, key = known
-        if not admitted:
+    for facts, rows in groups.items():
+        if not rows or not constraints.admits_row(rows[0]):
             continue
-        if row.get("scenario") not in scenarios:
-            if _breaks_collection(row):
-                uncollected[key].add(str(row["scenario"]))
-            continue
-        if not key:
-            continue
-        cell = cells.get(key)
-        if cell is None:
-            cell = cells[key] = _Cell(dict(facts.installed))
-        if (key, facts) not in asked:
-            asked.add((key, facts))
-            for axis, value in facts.asked.items():
-                cell.requested.setdefault(axis, value)
-        cell.rows[str(row["scenario"])].append(row)
+        key = tuple(sorted(facts.installed.items()))
+        cell = cells.get(key) if key else None
+        if key and cell is None:
+            cell = _Cell(dict(facts.installed))
+        asked = False
+        for row in rows:
+            if row.get("scenario") not in scenarios:
+                if _breaks_collection(row):
+                    uncollected[key].add(str(row["scenario"]))
+                continue
+            if cell is None:
+                continue
+            if not asked:  # the cell's requested versions, from the first row that joins it
+                asked = True
+                cells.setdefault(key, cell)
+                for axis, value in facts.asked.items():
+                    cell.requested.setdefault(axis, value)
+            cell.rows[str(row["scenario"])].append(row)
     for key, nodes in uncollected.items():
         if key in cells:
             cells[key].uncollected = tuple(sorted(nodes))
@@ -592,7 +601,10 @@ def choose(
     """
     constraints = constraints or Constraints()
     wanted = tuple(dict.fromkeys(scenarios))
-    cells = _cells(rows, set(wanted), constraints)
+    return _choose(_cells(rows, set(wanted), constraints), wanted, constraints, ranking)
+
+
+def _choose(cells: list[_Cell], wanted: tuple[str, ...], constraints: Constraints, ranking: Sequence[str]) -> PinResult:
     order = full_ranking(ranking, {a for c in cells for a in c.versions})
     present_order = tuple(a for a in order if any(a in c.versions for c in cells))
     verdicts = {id(c): {s: c.result(s) for s in wanted} for c in cells}
@@ -689,14 +701,36 @@ def choose_for_passing(
     or None when nothing passes anywhere. `known_good_sets` asks it once per machine class, for
     the summary, `harness watch`, reports and the dashboard.
     """
-    admitted = _admitted(rows, constraints)
-    passing = sorted({str(r["scenario"]) for r in admitted if r["status"] == Status.PASS})
+    return _choose_for_passing(by_cell(_admitted(rows, constraints)), constraints or Constraints())
+
+
+def _choose_for_passing(
+    groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], constraints: Constraints
+) -> tuple[PinResult, list[str], list[str]] | None:
+    """`choose_for_passing` over rows already admitted, by cell."""
+    passing = sorted({str(r["scenario"]) for rows in groups.values() for r in rows if r["status"] == Status.PASS})
     if not passing:
         return None
-    dropped = drop_order(_cells(admitted, set(passing), constraints or Constraints()), passing)
+    cells = _cells_of(groups, set(passing), constraints)
+    dropped = drop_order(cells, passing)
     gone = set(dropped)
     wanted = [s for s in passing if s not in gone]
-    return choose(admitted, wanted, constraints), wanted, dropped
+    return _choose(_narrowed(cells, set(wanted)), tuple(wanted), constraints, DEFAULT_RANKING), wanted, dropped
+
+
+def _narrowed(cells: Sequence[_Cell], wanted: set[str]) -> list[_Cell]:
+    """`_cells` over fewer scenarios, from cells already read (one pass over the rows, not two):
+    each cell's rows of those scenarios; a failing row of another one that keeps tests from
+    being collected (`_breaks_collection`) joins `uncollected`; a cell left without rows goes."""
+    out = []
+    for cell in cells:
+        rows = {s: r for s, r in cell.rows.items() if s in wanted}
+        if not rows:
+            continue
+        broken = {s for s, r in cell.rows.items() if s not in wanted and any(_breaks_collection(x) for x in r)}
+        narrowed = _Cell(cell.versions, cell.requested, defaultdict(list, rows), tuple(sorted({*cell.uncollected, *broken})))
+        out.append(narrowed)
+    return out
 
 
 def drop_order(cells: Sequence[_Cell], passing: Sequence[str]) -> list[str]:
@@ -930,15 +964,19 @@ def known_good_sets(rows: Sequence[Mapping[str, Any]]) -> list[KnownGoodSet]:
     A scenario counts for a class only where it passes somewhere on that class, so a GPU
     scenario never keeps a CPU cell out, and a CPU-only one never keeps a GPU cell out.
     """
+    cells = by_cell(rows)
     by_class: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_class[machine_class(row)].append(row)
+    cells_of_class: dict[str, dict[CellFacts, Sequence[Mapping[str, Any]]]] = defaultdict(dict)
+    for facts, mine in cells.items():
+        by_class[facts.machine_class].extend(mine)
+        cells_of_class[facts.machine_class][facts] = mine
     stored = {str(r["scenario"]) for r in rows}
     found = []
-    for machine in [*machine_classes(rows), *([""] if "" in by_class else [])]:
+    classes = sorted(set(by_class) - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`, from the rows read once
+    for machine in [*classes, *([""] if "" in by_class else [])]:
         mine = by_class[machine]
         constraints = Constraints(machine=machine)
-        chosen = choose_for_passing(mine, constraints)
+        chosen = _choose_for_passing(cells_of_class[machine], constraints)  # its rows are this machine's: all admitted
         ran = {str(r["scenario"]) for r in mine if r["status"] != Status.NOT_APPLICABLE}
         idle = tuple(sorted(stored - ran))
         evidence = with_evidence(mine)
