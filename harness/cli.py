@@ -108,7 +108,7 @@ def _add_allow_empty(p: argparse.ArgumentParser) -> None:
         "--allow-empty",
         action="store_true",
         help="with a suite: a cell where -k/-m selects none of the collected tests does not fail the run "
-        "(default: exit 1, \"selects 0 of N collected tests\"; the [tests] table's allow_empty = true)",
+        '(default: exit 1, "selects 0 of N collected tests"; the [tests] table\'s allow_empty = true)',
     )
 
 

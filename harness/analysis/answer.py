@@ -43,13 +43,13 @@ from harness.analysis.attribution import (
     MachineDifference,
     Transition,
     attribute,
+    release_axes_of,
     seen_versions,
     to_rows,
-    unlisted_axes,
 )
-from harness.analysis.pin import KnownGoodSet, known_good_sets, machine_classes
+from harness.analysis.pin import KnownGoodSet, by_cell, known_good_sets
 from harness.analysis.refine import Buildable, open_ranges
-from harness.analysis.rows import machine_of
+from harness.analysis.rows import CellFacts, machine_of
 
 Row = Mapping[str, Any]
 
@@ -64,14 +64,19 @@ class Answer:
 
     # -- the transitions ---------------------------------------------------------------------------
     @cached_property
+    def cells(self) -> dict[CellFacts, list[Row]]:
+        """The rows by cell (`pin.by_cell`): read once, for every answer below."""
+        return by_cell(self.rows)
+
+    @cached_property
     def unlisted(self) -> tuple[str, ...]:
         """Axes along which the rows ran several releases that no run listed from the index."""
-        return tuple(unlisted_axes(self.rows, self.releases))
+        return tuple(axis for axis in release_axes_of(self.cells) if axis not in self.releases)  # `unlisted_axes`
 
     @cached_property
     def attribution(self) -> Attribution:
         if self.about is None:
-            return attribute(self.rows, known_versions=self.releases, unlisted=self.unlisted)
+            return attribute(self.rows, known_versions=self.releases, unlisted=self.unlisted, cells=self.cells)
         # A gap on one line may be tested on another: every version the read ran is known.
         seen = seen_versions(self.rows)
         known = {axis: [*seen.get(axis, []), *self.releases.get(axis, [])] for axis in {*seen, *self.releases}}
@@ -166,12 +171,12 @@ class Answer:
     @cached_property
     def machine_classes(self) -> list[str]:
         """The machine classes the rows ran on: `cpu` first, then the GPU classes by name."""
-        return machine_classes(self.rows)
+        return sorted({f.machine_class for f in self.cells} - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`
 
     @cached_property
     def known_good(self) -> tuple[KnownGoodSet, ...]:
         """One known-good set per machine class (`analysis.pin.known_good_sets`)."""
-        return tuple(known_good_sets(self.rows))
+        return tuple(known_good_sets(self.rows, self.cells))
 
     def known_good_by_class(self) -> dict[str, KnownGoodSet]:
         return {k.machine: k for k in self.known_good}

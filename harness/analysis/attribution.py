@@ -344,6 +344,7 @@ def attribute(
     known_versions: Mapping[str, Iterable[str]] | None = None,
     commit_order: Mapping[str, Sequence[str]] | None = None,
     unlisted: Iterable[str] = (),
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Attribution:
     """Every transition of every failure signature along every axis, per machine class; flaky cells; machine differences.
 
@@ -353,7 +354,7 @@ def attribute(
     the index's list, a gap between two tested releases is invisible: pass it. commit_order:
     axis -> commits, oldest first. unlisted: axes whose index list could not be had; a change
     between two of their releases is a range (`UNLISTED`), never "in X". Rows without versions
-    are ignored.
+    are ignored. cells: `rows` by cell (`pin.by_cell`), when the caller has them already.
     """
     commit_order = commit_order or {}
     # Cells are read once per cell (`rows.cell_facts`), numbered by their combination of
@@ -363,30 +364,30 @@ def attribute(
     combos: list[dict[str, Point]] = []
     machines_of: list[Machine] = []
     sources: list[bool] = []  # a git or path candidate: placed by when it first ran
-    rows = rows if isinstance(rows, Sequence) else list(rows)  # read twice below
-    failing = {row["scenario"] for row in rows if row["status"] in FAILURES}
-    cells: dict[str, dict[int, _Cell]] = defaultdict(dict)
+    groups = cells if cells is not None else _by_cell(rows)
+    failing = {row["scenario"] for group in groups.values() for row in group if row["status"] in FAILURES}
+    by_scenario: dict[str, dict[int, _Cell]] = defaultdict(dict)
     first_seen: dict[tuple[str, Point], str] = {}
-    for row in rows:
-        facts = cell_facts(row)
+    for facts, group in groups.items():
         kid = kinds.get(facts)
         if kid is None:
             kid = kinds[facts] = _number(facts, numbers, combos, machines_of, sources)
         if kid < 0:
             continue
-        # A scenario that never failed has no transition, flaky cell or machine difference: at
-        # 20,000 tests only the few that fail somewhere are worth a cell of their own.
-        if row["scenario"] in failing:
-            by_kid = cells[row["scenario"]]
-            cell = by_kid.get(kid)
-            if cell is None:
-                cell = by_kid[kid] = _Cell(dict(combos[kid]), machines_of[kid])
-            cell.rows.append(row)
-        when = str(row.get("started_at") or "").replace("T", " ") if sources[kid] else ""  # a datetime, or ISO text
-        if when:
-            for axis, point in combos[kid].items():
-                if point.release is None and when < first_seen.get((axis, point), "~"):
-                    first_seen[(axis, point)] = when
+        for row in group:
+            # A scenario that never failed has no transition, flaky cell or machine difference: at
+            # 20,000 tests only the few that fail somewhere are worth a cell of their own.
+            if row["scenario"] in failing:
+                by_kid = by_scenario[row["scenario"]]
+                cell = by_kid.get(kid)
+                if cell is None:
+                    cell = by_kid[kid] = _Cell(dict(combos[kid]), machines_of[kid])
+                cell.rows.append(row)
+            when = str(row.get("started_at") or "").replace("T", " ") if sources[kid] else ""  # a datetime, or ISO text
+            if when:
+                for axis, point in combos[kid].items():
+                    if point.release is None and when < first_seen.get((axis, point), "~"):
+                        first_seen[(axis, point)] = when
 
     known = _known_releases(combos, known_versions or {})
     blind = frozenset(unlisted)
@@ -394,8 +395,8 @@ def attribute(
     flaky: list[Flaky] = []
     machines: list[MachineDifference] = []
     shapes: dict[tuple[str, tuple[int, ...]], list[list[int]]] = {}
-    for scenario in sorted(cells):
-        by_kid = cells[scenario]
+    for scenario in sorted(by_scenario):
+        by_kid = by_scenario[scenario]
         by_combo = list(by_kid.values())
         axes = axis_sort({a for c in by_combo for a in c.points})
         lines = {axis: _lines_of(by_kid, axis, commit_order.get(axis, ()), first_seen, shapes) for axis in axes}
@@ -423,6 +424,13 @@ def attribute(
                     )
             machines.extend(_machine_differences(scenario, signature, family, by_combo))
     return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
+
+
+def _by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[CellFacts, list[Mapping[str, Any]]]:
+    groups: dict[CellFacts, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[cell_facts(row)].append(row)
+    return groups
 
 
 def _number(
@@ -673,8 +681,13 @@ def headline_of(row: Mapping[str, Any]) -> str:
 
 def release_axes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """Axes along which cells ran two or more releases: the only ones a range between releases can lie on."""
+    return release_axes_of({cell_facts(row) for row in rows})
+
+
+def release_axes_of(cells: Iterable[CellFacts]) -> list[str]:
+    """`release_axes` of cells already read (`rows.cell_facts`)."""
     found: dict[str, set[str]] = {}
-    for facts in {cell_facts(row) for row in rows}:  # once per cell
+    for facts in cells:  # once per cell
         for axis, point in facts.points.items():
             if point.release is not None and facts.requested.get(axis) != "inherit":
                 found.setdefault(axis, set()).add(point.value)

@@ -280,6 +280,12 @@ class _Cell:
             reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
         return _ScenarioResult(False, reason, passed, len(rows))
 
+    def passes(self, wanted: set[str]) -> set[str]:
+        """The scenarios of `wanted` whose `result` is ok here, without a result object for each of
+        a suite's 20,000: those whose every outcome passed, and tests not collected here (`_absent`)."""
+        found = {s for s, rows in self.rows.items() if s in wanted and all(r["status"] == Status.PASS for r in rows)}
+        return found | {s for s in wanted - self.rows.keys() if self._absent(s).ok}
+
     def _absent(self, scenario: str) -> _ScenarioResult:
         """No outcome here. A test (a node id, or its identity across the suite's releases) that
         this cell's suite did not collect is not collected there: another release of the suite
@@ -646,7 +652,8 @@ def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _Scena
         Blocker(scenario, reason, tuple(sorted(c.cell_id for c in group)), tuple(sorted({r for c in group for r in c.runs(scenario)})))
         for (scenario, reason), group in found.items()
     ]
-    return sorted(blockers, key=lambda b: (-len(b.cells), scenarios.index(b.scenario), b.reason))
+    rank = {s: k for k, s in enumerate(scenarios)}  # not scenarios.index: thousands of blockers over thousands of tests
+    return sorted(blockers, key=lambda b: (-len(b.cells), rank[b.scenario], b.reason))
 
 
 def _exclusions(
@@ -687,7 +694,8 @@ def _nothing_passes(
     base: PinResult, cells: list[_Cell], verdicts: Mapping[int, Mapping[str, _ScenarioResult]], scenarios: Sequence[str]
 ) -> PinResult:
     failing = Counter(s for c in cells for s in scenarios if not verdicts[id(c)][s].ok)
-    ranked = sorted(failing.items(), key=lambda item: (-item[1], scenarios.index(item[0])))
+    rank = {s: k for k, s in enumerate(scenarios)}
+    ranked = sorted(failing.items(), key=lambda item: (-item[1], rank[item[0]]))
     return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))
 
 
@@ -746,7 +754,7 @@ def drop_order(cells: Sequence[_Cell], passing: Sequence[str]) -> list[str]:
     """
     wanted = set(passing)
     rank = {s: k for k, s in enumerate(passing)}
-    ok = [{s for s in wanted if c.result(s).ok} for c in cells]  # a test a cell did not collect is no miss there (`_Cell._absent`)
+    ok = [c.passes(wanted) for c in cells]
     misses = [len(wanted - good) for good in ok]
     with_rows = [len(wanted & c.rows.keys()) for c in cells]
     missed_in: dict[str, list[int]] = defaultdict(list)
@@ -958,13 +966,15 @@ class KnownGoodSet:
         }
 
 
-def known_good_sets(rows: Sequence[Mapping[str, Any]]) -> list[KnownGoodSet]:
+def known_good_sets(
+    rows: Sequence[Mapping[str, Any]], cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None
+) -> list[KnownGoodSet]:
     """One known-good set per machine class (`machine_classes` order), each over that class's own rows.
 
     A scenario counts for a class only where it passes somewhere on that class, so a GPU
     scenario never keeps a CPU cell out, and a CPU-only one never keeps a GPU cell out.
     """
-    cells = by_cell(rows)
+    cells = cells if cells is not None else by_cell(rows)  # `rows` by cell, when the caller has them
     by_class: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     cells_of_class: dict[str, dict[CellFacts, Sequence[Mapping[str, Any]]]] = defaultdict(dict)
     for facts, mine in cells.items():

@@ -44,7 +44,7 @@ and lists guarded tests by file, never a line per test (the JSON keeps every tes
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -53,7 +53,7 @@ from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
 from harness.analysis.pin import PinResult, choose_for_passing, machine_classes
-from harness.analysis.rows import axis_sort, group_of, machine_class, machine_of, points, requested, signature_of
+from harness.analysis.rows import axis_sort, cell_facts, group_of, machine_class, machine_of, points, requested, signature_of
 from harness.analysis.status import FAILURES, Status, fold_statuses
 from harness.analysis.versions import release
 
@@ -165,10 +165,9 @@ def is_watch_run(run_id: str) -> bool:
 def newest_held(rows: Iterable[Mapping[str, Any]], axes: Sequence[str], good: KnownGood | None = None) -> dict[str, str]:
     """axis -> the newest release the file holds on it (see the module's docstring); axes with none are left out."""
     newest: dict[str, Version] = {}
-    for row in rows:
-        if is_watch_run(str(row.get("run_id") or "")):
-            continue
-        for axis, point in points(row).items():
+    cells = {cell_facts(row) for row in rows if not is_watch_run(str(row.get("run_id") or ""))}  # once per cell
+    for facts in cells:
+        for axis, point in facts.points.items():
             if axis in axes and point.release is not None:
                 version = Version(point.release.public)
                 if axis not in newest or version > newest[axis]:
@@ -325,12 +324,14 @@ def _first_line(text: Any) -> str:
 
 
 def _answer(
-    target: Target, scenario: str, signature: str, transitions: Sequence[Transition], machine: str
+    target: Target, scenario: str, signature: str, transitions: Mapping[tuple[str, str, str], Sequence[Transition]], machine: str
 ) -> tuple[str, str, str, bool, str]:
-    """(answer, release, before, exact, conditions) from the attribution on the target's line."""
+    """(answer, release, before, exact, conditions) from the attribution on the target's line.
+
+    transitions: the `introduced` ones by (scenario, signature, axis) (`_introduced`)."""
     held = dict(target.held)
-    for t in transitions:
-        if (t.scenario, t.signature, t.axis, t.kind) == (scenario, signature, target.axis, "introduced") and dict(t.held) == held:
+    for t in transitions.get((scenario, signature, target.axis), ()):
+        if dict(t.held) == held:
             if machine and t.machine != machine:
                 continue
             return t.headline(), t.after, t.before, t.exact, t.conditions()
@@ -338,15 +339,34 @@ def _answer(
     return text, target.release, "", False, f"with {held_text(target.held)}" + (f" on {machine}" if machine else "")
 
 
-def _known_in(rows: Iterable[Mapping[str, Any]], scenario: str, signature: str, axis: str, good_version: str, tested: str) -> str:
+def _introduced(transitions: Iterable[Transition]) -> dict[tuple[str, str, str], list[Transition]]:
+    """The `introduced` transitions by (scenario, signature, axis), in their order: each finding
+    looks its answer up, rather than reading every transition (a suite's thousands, per finding)."""
+    found: dict[tuple[str, str, str], list[Transition]] = defaultdict(list)
+    for t in transitions:
+        if t.kind == "introduced":
+            found[(t.scenario, t.signature, t.axis)].append(t)
+    return found
+
+
+def _sweep_failures(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The failing outcomes of the user's own sweeps (not a watch's), by scenario, read once."""
+    found: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] in FAILURES and not is_watch_run(str(row.get("run_id") or "")):
+            found[str(row["scenario"])].append(row)
+    return found
+
+
+def _known_in(failures: Iterable[Mapping[str, Any]], signature: str, axis: str, good_version: str, tested: str) -> str:
     """A cell of the user's own sweeps that shows the same failure with a newer release of `axis`
-    than the known-good set's (up to the one tested): the watch did not find it, the sweep did."""
+    than the known-good set's (up to the one tested): the watch did not find it, the sweep did.
+
+    failures: the sweeps' failing outcomes of the scenario (`_sweep_failures`)."""
     low, high = release(good_version), release(tested)
     if low is None or high is None:
         return ""
-    for row in rows:
-        if is_watch_run(str(row.get("run_id") or "")) or row.get("scenario") != scenario or row["status"] not in FAILURES:
-            continue
+    for row in failures:
         point = points(row).get(axis)
         version = point.release if point is not None else None
         if version is not None and signature_of(row) == signature and Version(low.public) < Version(version.public) <= high:
@@ -369,6 +389,7 @@ def verdict(
     """
     good_statuses = dict(good.statuses)
     good_versions = dict(good.versions)
+    failures, introduced_by = _sweep_failures(rows), _introduced(transitions)
     results = []
     for target in targets:
         mine = rows_of(target, watch_rows)
@@ -393,8 +414,8 @@ def verdict(
                 continue
             signature = _common_signature(failing)
             first_seen = min(str(r.get("started_at") or "")[:19] for r in failing)
-            known = _known_in(rows, scenario, signature, target.axis, good_versions.get(target.axis, ""), target.release)
-            answer, introduced, before, exact, conditions = _answer(target, scenario, signature, transitions, machine)
+            known = _known_in(failures.get(scenario, ()), signature, target.axis, good_versions.get(target.axis, ""), target.release)
+            answer, introduced, before, exact, conditions = _answer(target, scenario, signature, introduced_by, machine)
             findings.append(
                 Finding(
                     "known" if known else "regression",
