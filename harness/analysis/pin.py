@@ -613,8 +613,9 @@ def choose(
 def _choose(cells: list[_Cell], wanted: tuple[str, ...], constraints: Constraints, ranking: Sequence[str]) -> PinResult:
     order = full_ranking(ranking, {a for c in cells for a in c.versions})
     present_order = tuple(a for a in order if any(a in c.versions for c in cells))
-    verdicts = {id(c): {s: c.result(s) for s in wanted} for c in cells}
-    qualifying = sorted((c for c in cells if all(v.ok for v in verdicts[id(c)].values())), key=lambda c: c.rank_key(order), reverse=True)
+    wanted_set = set(wanted)
+    verdicts = {id(c): _Verdicts(c, wanted, wanted_set) for c in cells}
+    qualifying = sorted((c for c in cells if not verdicts[id(c)].failing), key=lambda c: c.rank_key(order), reverse=True)
     base = PinResult(wanted, constraints, present_order, len(cells), len(qualifying))
     if not qualifying:
         return _nothing_passes(base, cells, verdicts, wanted)
@@ -640,14 +641,26 @@ def _choose(cells: list[_Cell], wanted: tuple[str, ...], constraints: Constraint
     )
 
 
-def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _ScenarioResult]], scenarios: Sequence[str]) -> list[Blocker]:
+class _Verdicts:
+    """One cell's results over the wanted scenarios, worked out where asked: which do not pass
+    there (`failing`, in the wanted order, from `_Cell.passes`), and any one's result by name.
+    A result object for each of a suite's 20,000 tests in each cell was most of a pin's time."""
+
+    def __init__(self, cell: _Cell, wanted: Sequence[str], wanted_set: set[str]) -> None:
+        ok = cell.passes(wanted_set)
+        self.cell = cell
+        self.failing = [s for s in wanted if s not in ok]
+
+    def __getitem__(self, scenario: str) -> _ScenarioResult:
+        return self.cell.result(scenario)
+
+
+def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]) -> list[Blocker]:
     """(scenario, reason) -> the cells showing it, most cells first."""
     found: dict[tuple[str, str], list[_Cell]] = defaultdict(list)
     for cell in cells:
-        for scenario in scenarios:
-            verdict = verdicts[id(cell)][scenario]
-            if not verdict.ok:
-                found[(scenario, verdict.reason)].append(cell)
+        for scenario in verdicts[id(cell)].failing:
+            found[(scenario, verdicts[id(cell)][scenario].reason)].append(cell)
     blockers = [
         Blocker(scenario, reason, tuple(sorted(c.cell_id for c in group)), tuple(sorted({r for c in group for r in c.runs(scenario)})))
         for (scenario, reason), group in found.items()
@@ -659,7 +672,7 @@ def _blockers(cells: Iterable[_Cell], verdicts: Mapping[int, Mapping[str, _Scena
 def _exclusions(
     chosen: _Cell,
     cells: list[_Cell],
-    verdicts: Mapping[int, Mapping[str, _ScenarioResult]],
+    verdicts: Mapping[int, _Verdicts],
     qualifying: list[_Cell],
     order: Sequence[str],
     scenarios: Sequence[str],
@@ -691,9 +704,9 @@ def _exclusions(
 
 
 def _nothing_passes(
-    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, Mapping[str, _ScenarioResult]], scenarios: Sequence[str]
+    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]
 ) -> PinResult:
-    failing = Counter(s for c in cells for s in scenarios if not verdicts[id(c)][s].ok)
+    failing = Counter(s for c in cells for s in verdicts[id(c)].failing)
     rank = {s: k for k, s in enumerate(scenarios)}
     ranked = sorted(failing.items(), key=lambda item: (-item[1], rank[item[0]]))
     return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))
