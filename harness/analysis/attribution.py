@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from harness.analysis.rows import CellFacts, Machine, axis_sort, cell_facts, points, signature_of
+from harness.analysis.rows import CellFacts, Machine, axis_sort, cell_facts, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
 from harness.analysis.versions import Point, between, commit_index, order_key, release
 
@@ -634,8 +634,8 @@ def _all_but(cell: _Cell, axis: str) -> tuple[frozenset[str], str, tuple[tuple[s
 def seen_versions(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     """axis -> every value the rows' cells used: pass it as `known_versions` when attributing a subset."""
     seen: dict[str, set[str]] = defaultdict(set)
-    for row in rows:
-        for axis, point in points(row).items():
+    for facts in {cell_facts(row) for row in rows}:  # once per cell
+        for axis, point in facts.points.items():
             seen[axis].add(point.value)
     return {axis: sorted(values) for axis, values in seen.items()}
 

@@ -67,8 +67,9 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
             # Tracebacks of this failure only; the other rows are the contrast (each carries its cell's freeze).
             traced = queries.outcome_rows_with_traces(store, scenarios, signature=chosen)
             keys = {(r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) for r in traced}
+            named = set(scenarios)  # a set: a signature of a suite names hundreds of tests, read against every outcome
             rows = traced + [
-                r for r in everything if r["scenario"] in scenarios and (r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) not in keys
+                r for r in everything if r["scenario"] in named and (r["run_id"], r["cell_id"], r["scenario"], r["repeat"]) not in keys
             ]
             records: list[dict[str, Any]] = []
         else:
@@ -79,14 +80,14 @@ def report_file(db: Path, signature: str = "", cell: str = "") -> str:
                 hint = f"; did you mean {', '.join(near)}?" if near else f"; `harness summary --db {name}` lists the cells"
                 raise BadInput(f"no outcomes for cell {cell!r} in {name!r}{hint}")
             scenarios = sorted({r["scenario"] for r in own})
+            named = set(scenarios)  # a set: a cell of a suite ran 20,000 tests, read against every outcome
             # The neighbours (one axis different, same machine) are the contrast, and the lines attribution walks through this cell.
             mine, where = installed(own[0]), machine_of(own[0])
-            neighbours = {
-                r["cell_id"]
-                for r in everything
-                if r["cell_id"] != cell and r["scenario"] in scenarios and machine_of(r) == where and distance(installed(r), mine) == 1
+            adjacent = {  # decided once per cell, not per outcome
+                facts for facts in found.cells if facts.machine == where and distance(facts.installed, mine) == 1
             }
-            rows = own + [r for r in everything if r["cell_id"] in neighbours and r["scenario"] in scenarios]
+            neighbours = {r["cell_id"] for facts in adjacent for r in found.cells[facts] if r["cell_id"] != cell and r["scenario"] in named}
+            rows = own + [r for r in everything if r["cell_id"] in neighbours and r["scenario"] in named]
             records = queries.cell_records(store, cell)
     # Every version any cell used is known (a gap on one line may be tested on another), and every release the index listed.
     # An axis whose releases the file never listed is "unlisted", as in `harness attribute --offline`.
