@@ -37,13 +37,13 @@ SELECT
     r.host->>'python' AS host_python,
     COALESCE(c.origin, 'matrix') AS origin,
     o.seconds, c.env_seconds, o.metrics, o.started_at,
-    COALESCE(o.test_id, o.scenario) AS test_id
+    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id
 FROM outcomes o
 LEFT JOIN cells c USING (run_id, cell_id)
 LEFT JOIN runs r USING (run_id)
 """
 #: The view over a file whose outcomes have no `test_id` yet (written before 0009, opened by a reader).
-_VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(o.test_id, o.scenario) AS test_id", "o.scenario AS test_id")
+_VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "o.scenario AS test_id")
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -258,7 +258,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # 2.0.1 reads that text back as written and refuses it: every query of the view failed.
         # The view now names its JSON paths whole (readers lay it over an older file too).
         "0008_outcomes_v_json_paths",
-        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(",\n    COALESCE(o.test_id, o.scenario) AS test_id", "") + ";",
+        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(",\n    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "") + ";",
     ),
     (
         # A test's identity across the releases of its suite: pytest numbers the parameters it
