@@ -611,26 +611,31 @@ def test_outcomes(
 
 
 def test_diff(store: SqlResultsFile, a: str, b: str, search: str = "", *, limit: int = 500) -> dict[str, Any]:
-    """Node ids whose status (worst over repeats and runs) or signature differs between cells `a` and `b`:
+    """Tests whose status (worst over repeats and runs) or signature differs between cells `a` and `b`:
     `tests` (compared: run in either), `differ` (how many differ), `groups` (per group: tests that
-    differ) and `rows` (the first `limit` that differ: each side's status and signature)."""
+    differ) and `rows` (the first `limit` that differ: each side's status and signature).
+
+    A test is matched by its identity across the suite's releases (`test_id`), so two releases
+    of a package's own suite compare the same tests; `scenario` shows cell A's node id (else B's)."""
     where, params = _test_where({"cell_id": [a, b]}, search)
     differs = '"A" <> "B" OR "A signature" <> "B signature"'
+    identity = identity_column(store)
     base = f"""
         WITH t AS (
-            SELECT scenario, {_LEVELS["group"]} AS grp, cell_id, {_WORST} AS worst,
+            SELECT {identity} AS test, scenario AS node, {_LEVELS["group"]} AS grp, cell_id, {_WORST} AS worst,
                    COALESCE(mode(signature) FILTER (WHERE signature <> '' AND status IN ({_FAILING})), '') AS signature
             FROM outcomes_v{where} GROUP BY ALL
         ),
         d AS (
-            SELECT scenario, grp, COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "A",
+            SELECT COALESCE(any_value(node) FILTER (WHERE cell_id = ?), any_value(node)) AS scenario, grp,
+                   COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "A",
                    COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "B",
                    COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "A signature",
                    COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "B signature"
-            FROM t GROUP BY scenario, grp
+            FROM t GROUP BY test, grp
         )
     """
-    both = [*params, a, b, a, b]
+    both = [*params, a, a, b, a, b]
     with store.reading():  # one snapshot for the three reads
         tests = store.fetch(base + f"SELECT count(*) AS n, count(*) FILTER ({differs}) AS differ FROM d", both)[0]
         groups = store.fetch(base + f'SELECT grp AS "group", count(*) AS tests FROM d WHERE {differs} GROUP BY 1 ORDER BY 2 DESC, 1', both)
