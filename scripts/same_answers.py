@@ -1,0 +1,85 @@
+"""Do two harness trees give the same answers over the same results files?
+
+    .venv/bin/python scripts/same_answers.py --before 01440fa results/default.duckdb /tmp/suite-5000.duckdb ...
+
+For each file, this checkout's harness and the one of --before (a commit, exported from git into
+a temporary folder) each read every outcome (`queries.outcome_rows`) and compute the
+attribution (`analysis.attribution.attribute`, with the releases the file lists: transitions,
+flaky cells, machine differences) and the known-good set of every machine class
+(`analysis.pin.known_good_sets`: the versions, the kept and dropped scenarios, the excluded
+newer versions and why). They must be equal field by field; the script prints each side's
+time and exits 1 at the first file where they differ. Files a newer harness wrote are read
+read-only, through the view each harness lays over them. Written to check that making the
+answers linear in outcomes (issue #28) changed no answer; a results file whose suite has
+test identities (migration 0009) is answered by identity on the newer side only, so compare
+files without made-up parameter ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ANSWER = r"""
+import json, sys, time
+from harness.analysis import attribution, pin
+from harness.storage import queries
+from harness.storage.opening import open_results
+
+store = open_results(sys.argv[1], read_only=True)
+rows = queries.outcome_rows(store)
+start = time.perf_counter()
+found = attribution.attribute(rows, known_versions=queries.known_releases(store))
+sets = pin.known_good_sets(rows)
+seconds = time.perf_counter() - start
+answers = {
+    "transitions": sorted(json.dumps(t.to_dict(), sort_keys=True, default=str) for t in found.transitions),
+    "flaky": sorted(json.dumps(f.to_dict(), sort_keys=True, default=str) for f in found.flaky),
+    "machines": sorted(json.dumps(m.to_dict(), sort_keys=True, default=str) for m in found.machines),
+    "known_good": [
+        {**k.to_dict(), "excluded": [e.describe() for e in k.result.excluded], "evidence": [repr(e) for e in k.result.evidence]}
+        for k in sets
+    ],
+}
+print(json.dumps({"seconds": seconds, "outcomes": len(rows), "answers": answers}))
+"""
+
+
+def answers(tree: Path, path: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", ANSWER, str(path)], cwd=tree, env={"PYTHONPATH": str(tree)}, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
+    return json.loads(done.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="a commit of this repository")
+    parser.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="same-answers-") as tmp:
+        archive = subprocess.run(["git", "archive", args.before, "harness"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for path in args.files:
+            old, new = answers(Path(tmp), path.resolve()), answers(ROOT, path.resolve())
+            counts = ", ".join(f"{len(v)} {k}" for k, v in new["answers"].items())
+            verdict = "same" if old["answers"] == new["answers"] else "DIFFERENT"
+            print(f"{path}: {new['outcomes']} outcomes, {counts}: {verdict} (before {old['seconds']:.1f} s, after {new['seconds']:.1f} s)")
+            if verdict != "same":
+                for key in new["answers"]:
+                    if old["answers"][key] != new["answers"][key]:
+                        print(f"  {key} differ")
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
