@@ -42,6 +42,7 @@ FROM outcomes o
 LEFT JOIN cells c USING (run_id, cell_id)
 LEFT JOIN runs r USING (run_id)
 """
+_TEST_ID_LINE = ",\n    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id"  # 0009's line of the view
 #: The view over a file whose outcomes have no `test_id` yet (written before 0009, opened by a reader).
 _VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "o.scenario AS test_id")
 
@@ -258,7 +259,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # 2.0.1 reads that text back as written and refuses it: every query of the view failed.
         # The view now names its JSON paths whole (readers lay it over an older file too).
         "0008_outcomes_v_json_paths",
-        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(",\n    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "") + ";",
+        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(_TEST_ID_LINE, "") + ";",
     ),
     (
         # A test's identity across the releases of its suite: pytest numbers the parameters it
