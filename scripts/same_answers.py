@@ -57,7 +57,7 @@ def answers(tree: Path, path: Path) -> dict:
     )
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
-    return json.loads(done.stdout)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # the answer is the last line
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,177 @@
+"""The commands that answer, over a team's suite at 5,000, 10,000 and 20,000 tests, before against after.
+
+    .venv/bin/python benchmarks/bench_answers.py --before 01440fa [--sizes 5000 10000 20000] [--repeats 3] [--cap 120]
+
+For each size, `make_large_store.py --tests N --cells 20` writes a results file (kept in
+--stores, reused when there), and each command runs as a whole process, side by side with the
+harness of the --before commit (exported from git into a temporary folder, run with the same
+interpreter): `harness summary`, `harness attribute` (on a fresh copy: it stores its
+transitions), `harness pin` by one node id, by a file and by `-m 'not slow'`, `harness report`
+of a signature, and watch's decision (`--decide`: the known-good set, one target moved to a newer
+release, and `analysis.watch.verdict` over every outcome and the attribution, as `harness watch`
+decides after it built its cells; no index is asked). Medians of --repeats runs; a run past
+--cap seconds is stopped and counts as more than the cap, and a side that passed the cap once is
+not run again at that size. Wall seconds and CPU seconds (user + system of the process and its
+children; steadier than the wall on a loaded machine) are printed, with after/before ratios and
+each command's growth from the smallest size to the largest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def decide(path: str) -> int:
+    """watch's decision over one results file, with whichever harness is on sys.path."""
+    from harness.analysis import attribution, watch
+    from harness.storage import queries
+    from harness.storage.opening import open_results
+
+    store = open_results(path, read_only=True)
+    rows = queries.outcome_rows(store)
+    transitions = attribution.attribute(rows, known_versions=queries.known_releases(store)).transitions
+    good = watch.known_good(rows)
+    assert good is not None, "no known-good set"
+    # the newest stored transformers release other than the known-good set's, as a "new" one
+    held = dict(good.versions)
+    stored = sorted({r["transformers"] for r in rows if r.get("transformers")}, key=lambda v: tuple(int(p) for p in v.split(".")))
+    newer = [v for v in stored if v != held.get("transformers")]
+    targets = watch.plan_targets(good, {"transformers": newer[-1:]})
+    mine = [r for t in targets for r in watch.rows_of(t, rows)]
+    results = watch.verdict(good, targets, rows, mine, transitions, "")
+    print(f"{sum(len(r.findings) for r in results)} finding(s) over {len(targets)} target(s), {len(rows)} outcome(s)")
+    return 0
+
+
+def timed(command: list[str], cwd: Path, cap: float) -> tuple[float, float, bool]:
+    """(wall, CPU seconds, finished) of one run of `command`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(cwd)}  # that side's harness, not the installed one
+        done = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=cap, text=True)
+        if done.returncode not in (0, 1):  # 1: an answer too (nothing passes, a regression)
+            raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        finished = True
+    except subprocess.TimeoutExpired:
+        finished = False
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, finished
+
+
+def commands(db: Path, scratch: Path, sample: dict[str, str], tree: Path = ROOT) -> dict[str, list[str]]:
+    py = [sys.executable, "-m", "harness.cli"]
+    return {
+        "summary": [*py, "summary", str(db)],
+        "attribute": [*py, "attribute", "--db", str(scratch)],
+        "pin --test NODEID": [*py, "pin", "--db", str(db), "--test", sample["node"]],
+        "pin --test FILE": [*py, "pin", "--db", str(db), "--test", sample["file"]],
+        "pin -m 'not slow'": [*py, "pin", "--db", str(db), "-m", "not slow"],
+        "report --signature": [*py, "report", "--db", str(db), "--signature", "KeyError"],
+        "watch's decision": [sys.executable, str(tree / "benchmarks" / "bench_answers.py"), "--decide", str(db)],
+    }
+
+
+def sample_of(db: Path) -> dict[str, str]:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    row = con.execute("SELECT scenario FROM outcomes WHERE scenario LIKE '%::%' ORDER BY scenario LIMIT 1").fetchone()
+    con.close()
+    assert row is not None
+    node = str(row[0])
+    return {"node": node, "file": node.split("::")[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="01440fa", help="the commit to compare with (default: landed main before #28)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 20000])
+    parser.add_argument("--cells", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cap", type=float, default=120.0, help="seconds a run may take before it is stopped")
+    parser.add_argument("--stores", type=Path, default=Path(tempfile.gettempdir()) / "bench-answers")
+    parser.add_argument("--only", nargs="*", default=[], help="only these commands (names as printed)")
+    parser.add_argument("--after-only", action="store_true", help="time this checkout alone (the before side is known to pass the cap)")
+    parser.add_argument("--decide", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.decide:
+        return decide(args.decide)
+    args.stores.mkdir(parents=True, exist_ok=True)
+    old = Path(tempfile.mkdtemp(prefix="bench-answers-before-"))
+    archive = subprocess.run(["git", "archive", args.before, "harness", "benchmarks"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    shutil.copy(ROOT / "benchmarks" / "bench_answers.py", old / "benchmarks" / "bench_answers.py")  # the same --decide
+    sides = {"after": ROOT} if args.after_only else {"before": old, "after": ROOT}
+    table: list[tuple[str, int, dict[str, tuple[float, float, bool]]]] = []
+    for size in args.sizes:
+        # each side reads a file its own make_large_store wrote (same seed, same outcomes): an older
+        # harness refuses to write to a file of a newer schema
+        dbs = {side: args.stores / f"suite-{size}x{args.cells}-{side}.duckdb" for side in sides}
+        for side, db in dbs.items():
+            if not db.exists():
+                make = [sys.executable, str(sides[side] / "benchmarks" / "make_large_store.py"), "--tests", str(size)]
+                subprocess.run([*make, "--cells", str(args.cells), "--out", str(db)], cwd=sides[side], check=True)
+        sample = sample_of(dbs["after"])
+        for name in commands(dbs["after"], dbs["after"], sample):
+            if args.only and name not in args.only:
+                continue
+            found: dict[str, tuple[float, float, bool]] = {}
+            for side, tree in sides.items():
+                runs = []
+                for _ in range(args.repeats):
+                    scratch = args.stores / f"scratch-{side}.duckdb"
+                    shutil.copy(dbs[side], scratch)
+                    run = timed(commands(dbs[side], scratch, sample, tree)[name], tree, args.cap)
+                    runs.append(run)
+                    if not run[2]:
+                        break  # past the cap: not again at this size
+                finished = all(r[2] for r in runs)
+                found[side] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), finished)
+            table.append((name, size, found))
+            print(_line(name, size, found), flush=True)
+    print()
+    print(_growth(table, args.sizes))
+    shutil.rmtree(old, ignore_errors=True)
+    return 0
+
+
+def _seconds(value: tuple[float, float, bool]) -> str:
+    wall, cpu, finished = value
+    return f"{wall:7.1f} s ({cpu:6.1f} cpu)" if finished else f"  >{wall:5.0f} s (stopped)  "
+
+
+def _line(name: str, size: int, found: dict[str, tuple[float, float, bool]]) -> str:
+    if "before" not in found:
+        return f"{name:22s} {size:6d} tests  after {_seconds(found['after'])}"
+    before, after = found["before"], found["after"]
+    ratio = f"{after[0] / before[0]:.3f}" + ("" if before[2] else " or less")
+    return f"{name:22s} {size:6d} tests  before {_seconds(before)}  after {_seconds(after)}  after/before {ratio}"
+
+
+def _growth(table: list[tuple[str, int, dict[str, tuple[float, float, bool]]]], sizes: list[int]) -> str:
+    lines = [f"growth of the after medians, {sizes[0]} -> {sizes[-1]} tests ({sizes[-1] / sizes[0]:.0f}x the outcomes):"]
+    for name in dict.fromkeys(n for n, _, _ in table):
+        by_size = {size: found["after"] for n, size, found in table if n == name}
+        if sizes[0] in by_size and sizes[-1] in by_size:
+            (wall_a, cpu_a, _), (wall_b, cpu_b, _) = by_size[sizes[0]], by_size[sizes[-1]]
+            lines.append(f"  {name:22s} wall x{wall_b / wall_a:.2f}, cpu x{cpu_b / cpu_a:.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("COLUMNS", "100")
+    sys.exit(main())
