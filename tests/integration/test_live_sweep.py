@@ -107,7 +107,11 @@ def test_readers_of_every_kind_during_a_sweep(light: tuple[Path, list[Path], Pat
     threads = [threading.Thread(target=read_until_done, args=(name,)) for name in readers]
     for thread in threads:
         thread.start()
-    time.sleep(2)
+    # attribute while the sweep writes, once it has stored an outcome (a fixed 2 s was too
+    # short on a loaded machine: "no outcomes" is attribute's right answer before the first)
+    deadline = time.monotonic() + 120
+    while stored_keys(db)[0] == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
     attribute = run_cli("attribute", "--db", str(db), "--offline", timeout=120)  # writes transitions: the write lock, briefly
     assert proc.wait(timeout=300) == 0, (tmp_path / "sweep.log").read_text()
     for thread in threads:
