@@ -335,7 +335,9 @@ def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
         # A suite's tests (a package's own, at each release's tag): the newest set that passes its own suite.
         others = len(known.passing) - len(own)
         elsewhere = f" ({others:,} more pass elsewhere on it, tests its suite does not collect)" if others else ""
-        _say(console, f"    passes all {len(own):,} of its own tests{elsewhere}{escape(idle)}, in cell")
+        # "all" of those that pass somewhere: a test that fails in every cell is no part of any set
+        never = f" ({len(known.failing):,} more fail in every cell: see the answers)" if known.failing else ""
+        _say(console, f"    passes all {len(own):,} of its own tests{elsewhere}{never}{escape(idle)}, in cell")
     else:
         _say(
             console,

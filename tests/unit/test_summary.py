@@ -295,3 +295,19 @@ def test_the_shipped_summary_fits_columns_when_piped() -> None:
         out = subprocess.run([sys.executable, "-m", "harness", "summary", shipped], capture_output=True, text=True, env=env, check=True)
         widths[columns] = max(len(line) for line in out.stdout.splitlines())
     assert widths["72"] <= 72 < widths[""] <= 100
+
+
+def test_a_suite_s_known_good_set_says_which_tests_never_pass() -> None:
+    # "passes all N of its own tests" counts the tests that pass somewhere; one that fails in
+    # every cell (a test that needs the hub, offline) must be said, not hidden behind "all"
+    from harness.commands.summary import render_known_good
+
+    rows = [
+        {"cell_id": f"c{v}", "scenario": name, "status": status, "repeat": 0, "run_id": "r", "platform": "linux-x86_64", "gpu": "cpu",
+         "versions": {"peft": f"0.{v}.0"}, "signature": "OSError: hub" if status == "error" else ""}
+        for v in (19, 20)
+        for name, status in (("t.py::test_a", "pass"), ("t.py::test_b", "pass"), ("t.py::test_hub", "error"))
+    ]  # fmt: skip
+    out = io.StringIO()
+    render_known_good(rows, Console(file=out, width=200, color_system=None))
+    assert "passes all 2 of its own tests (1 more fail in every cell: see the answers), in cell" in out.getvalue()
