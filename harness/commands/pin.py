@@ -32,7 +32,7 @@ from harness.analysis.pin import (
     select_tests,
     with_evidence,
 )
-from harness.analysis.rows import group_of, installed, machine_class
+from harness.analysis.rows import CellFacts, cell_facts, group_of, machine_class
 from harness.analysis.status import Status
 from harness.commands.answer import answer
 from harness.errors import BadInput
@@ -117,7 +117,7 @@ def chosen_scenarios(
             f"--test {', '.join(map(repr, empty))} selects no stored test in {db!r}; "
             + (f"stored test files: {_quoted(files)}" if files else f"it holds no test node ids; scenarios: {_quoted(stored)}")
         )
-    here = [r for r in rows if not machine or machine_class(r) == machine]
+    here = [r for r in rows if not machine or cell_facts(r).machine_class == machine]
     where = f"machine {machine}" if machine else "any machine"
     ran = {str(r["scenario"]) for r in here if r["status"] != Status.NOT_APPLICABLE}
     idle = [s for s in scenarios if s not in ran]
@@ -136,21 +136,30 @@ def chosen_scenarios(
     return list(dict.fromkeys([*scenarios, *kept])), left_out
 
 
-def check_request(rows: Sequence[Mapping[str, Any]], db: str, scenarios: Sequence[str], constraints: Constraints, rank: str) -> list[str]:
-    """Every mistake in a pin request's constraints and ranking, against what the file holds; returns the ranking to use."""
+def check_request(
+    rows: Sequence[Mapping[str, Any]],
+    db: str,
+    scenarios: Sequence[str],
+    constraints: Constraints,
+    rank: str,
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
+) -> list[str]:
+    """Every mistake in a pin request's constraints and ranking, against what the file holds; returns the ranking to use.
+    cells: the rows by cell (`Answer.cells`), when read already."""
     if not rows:
         raise BadInput(f"no outcomes in {db!r}; run a sweep first")
     values: dict[str, set[str]] = {}
-    for row in rows:
-        for axis, value in installed(row).items():
+    for facts in cells if cells is not None else {cell_facts(row) for row in rows}:  # once per cell
+        for axis, value in facts.installed.items():
             values.setdefault(axis, set()).add(value)
     for axis, spec in constraints.fixed:
         if axis not in values:
             raise BadInput(f"--fix {axis}{spec}: {axis!r} is not an axis of {db!r}; axes: {', '.join(sorted(values))}")
         if not any(constraints.admits({axis: v}, {axis: v}) for v in values[axis]):
             raise BadInput(f"--fix {axis}{spec}: no stored cell has such a {axis}; stored: {', '.join(sorted(values[axis]))}")
+    firsts = [group[0] for group in cells.values() if group] if cells is not None else rows  # the host is the cell's
     for flag, wanted in (("gpu", constraints.gpu), ("platform", constraints.platform)):
-        seen = sorted({str(r.get(flag) or "") for r in rows})
+        seen = sorted({str(r.get(flag) or "") for r in firsts})
         if wanted and not any(wanted.lower() in s.lower() for s in seen):
             raise BadInput(f"--{flag} {wanted!r} matches no stored run; stored: {', '.join(seen)}")
     ranking = [str(canonicalize_name(a)) for a in rank.split(",") if a.strip()] if rank else list(DEFAULT_RANKING)
@@ -287,7 +296,7 @@ def pin_file(
     selection = (*tests, *((f"-m {marker!r}",) if marker else ()))  # as the user typed it, not the node ids it expands to
     if marker:
         tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
-    ranking = check_request(rows, str(db), scenarios, constraints, rank)
+    ranking = check_request(rows, str(db), scenarios, constraints, rank, found.cells)
     constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes))
     wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)
     result = replace(choose(rows, wanted, constraints, ranking), selection=selection, left_out=tuple(left_out))
