@@ -283,7 +283,12 @@ class _Cell:
     def passes(self, wanted: set[str]) -> set[str]:
         """The scenarios of `wanted` whose `result` is ok here, without a result object for each of
         a suite's 20,000: those whose every outcome passed, and tests not collected here (`_absent`)."""
-        found = {s for s, rows in self.rows.items() if s in wanted and all(r["status"] == Status.PASS for r in rows)}
+        ok = Status.PASS
+        found = {
+            s
+            for s, rows in self.rows.items()
+            if s in wanted and (rows[0]["status"] == ok if len(rows) == 1 else all(r["status"] == ok for r in rows))  # mostly one
+        }
         return found | {s for s in wanted - self.rows.keys() if self._absent(s).ok}
 
     def _absent(self, scenario: str) -> _ScenarioResult:
@@ -703,9 +708,7 @@ def _exclusions(
     return found
 
 
-def _nothing_passes(
-    base: PinResult, cells: list[_Cell], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]
-) -> PinResult:
+def _nothing_passes(base: PinResult, cells: list[_Cell], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]) -> PinResult:
     failing = Counter(s for c in cells for s in verdicts[id(c)].failing)
     rank = {s: k for k, s in enumerate(scenarios)}
     ranked = sorted(failing.items(), key=lambda item: (-item[1], rank[item[0]]))
@@ -729,7 +732,8 @@ def _choose_for_passing(
     groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], constraints: Constraints
 ) -> tuple[PinResult, list[str], list[str]] | None:
     """`choose_for_passing` over rows already admitted, by cell."""
-    passing = sorted({str(r["scenario"]) for rows in groups.values() for r in rows if r["status"] == Status.PASS})
+    ok = Status.PASS
+    passing = sorted({str(r["scenario"]) for rows in groups.values() for r in rows if r["status"] == ok})
     if not passing:
         return None
     cells = _cells_of(groups, set(passing), constraints)
