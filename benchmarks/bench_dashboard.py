@@ -78,6 +78,29 @@ def _pick(at: AppTest, key: str, index: int) -> None:
     widget.set_value([widget.options[index]])
 
 
+def _pick_any(at: AppTest, keys: list[str], index: int) -> None:
+    """The first of these filters the page shows (a filter with one value in the file gets no widget)."""
+    shown = {w.key for w in at.multiselect}
+    _pick(at, next(k for k in keys if k in shown), index)
+
+
+def _pin_marker(at: AppTest) -> None:
+    """A suite's Pin page: tests chosen by `-m 'not slow'`, then the Pin button (the timed run)."""
+    at.text_input(key="pin_marker").set_value("not slow").run()
+    at.button(key="pin_go").click()
+
+
+def suite_cases() -> list[Case]:
+    """A test suite's file (issue #28): the pages as a suite shows them."""
+    return [
+        Case("matrix", "search the tests for 'float16'", lambda at: at.text_input(key="f_search").set_value("float16")),
+        Case(
+            "failures", "filter one axis to one version", lambda at: _pick_any(at, ["f_gpu", "f_transformers", "f_accelerate", "f_peft"], 0)
+        ),
+        Case("pin", "pin the tests -m 'not slow' selects", _pin_marker),
+    ]
+
+
 def cases() -> list[Case]:
     return [
         Case("matrix", "filter transformers to one version", lambda at: _pick(at, "f_transformers", -1)),
@@ -320,7 +343,9 @@ def main() -> int:
         common.CONNECTION = mode
         print(f"\nconnection: {mode}")
         print("| page | first render | target | filter change | target | what changes |\n|---|---|---|---|---|---|")
-        for case in cases():
+        with duckdb.connect(str(args.db), read_only=True) as con:
+            suite = bool(con.execute("SELECT count(*) FROM outcomes WHERE scenario LIKE '%::%'").fetchone()[0])  # type: ignore[index]
+        for case in suite_cases() if suite else cases():
             measure(case, args.repeats, warm)
             first, changed = statistics.median(case.first), statistics.median(case.changed)
             ok_first = "ok" if first < FIRST_TARGET else "**over**"
