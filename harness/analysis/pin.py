@@ -983,6 +983,20 @@ class KnownGoodSet:
         }
 
 
+def _ran_and_evidence(rows: Iterable[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
+    """(the scenarios that ran: not only `not_applicable`; those that passed or failed: `with_evidence`), in one pass."""
+    ran: set[str] = set()
+    evidence: set[str] = set()
+    skipped, passed = Status.NOT_APPLICABLE, Status.PASS
+    for row in rows:
+        status = row["status"]
+        if status != skipped:
+            ran.add(str(row["scenario"]))
+            if status == passed or status in FAILURES:
+                evidence.add(str(row["scenario"]))
+    return ran, evidence
+
+
 def known_good_sets(
     rows: Sequence[Mapping[str, Any]], cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None
 ) -> list[KnownGoodSet]:
@@ -1004,9 +1018,8 @@ def known_good_sets(
         mine = by_class[machine]
         constraints = Constraints(machine=machine)
         chosen = _choose_for_passing(cells_of_class[machine], constraints)  # its rows are this machine's: all admitted
-        ran = {str(r["scenario"]) for r in mine if r["status"] != Status.NOT_APPLICABLE}
+        ran, evidence = _ran_and_evidence(mine)
         idle = tuple(sorted(stored - ran))
-        evidence = with_evidence(mine)
         if chosen is None:
             empty = PinResult((), constraints, (), 0, 0)
             found.append(KnownGoodSet(machine, empty, (), (), idle, tuple(sorted(evidence))))

@@ -121,6 +121,13 @@ def _hang_line(line: Text, width: int, by: int) -> list[Text]:
     return out
 
 
+def _say_all(console: Console, markups: Sequence[str]) -> None:
+    """`_say` of each, in one print: the same text."""
+    fitted = [part for markup in markups for part in hang(console.render_str(markup), console.width)]
+    if fitted:
+        console.print(Text("\n").join(fitted), no_wrap=True, overflow="ignore")
+
+
 def _say(console: Console, markup: str) -> None:
     """Print `markup` as `console.print` would, each line fitted to the console's width (`hang`)."""
     lines = hang(console.render_str(markup), console.width)
@@ -253,42 +260,44 @@ def _context(held: Sequence[tuple[tuple[str, str], ...]]) -> str:
 def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console) -> None:
     """Per failure: what changed it, in the attribution's words; then what no tested version changes."""
     blamed = _blamed(rows)
+    out: list[str] = []  # printed at once: a suite's answers are thousands of lines
     # Tests of one file (or class) with one signature and the same answers are one answer:
     # a suite of thousands of tests prints a line per failure family, never one per test.
     by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
     for t in attribution.transitions:
         by_failure[(group_of(t.scenario), t.signature)].append(t)
-    _say(console, "\n[bold]Answers[/]")
+    out.append("\n[bold]Answers[/]")
     if not by_failure:
-        _say(console, "  no failure changes between two tested versions of an axis (other axes and machine held)")
+        out.append("  no failure changes between two tested versions of an axis (other axes and machine held)")
     for (_, signature), items in sorted(by_failure.items()):
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-        _say(console, f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}")
+        out.append(f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}")
         groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
         for t in items:
             groups[(t.headline(), t.machine)].append(t)
         for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
             colour = "green" if members[0].kind == "fixed" else "red"
-            _say(console, f"    [{colour}]{escape(headline)}[/]")
+            out.append(f"    [{colour}]{escape(headline)}[/]")
             tests = len({m.scenario for m in members})
             lines = len({m.held for m in members})
             where = (f"on {machine}, " if machine else "") + f"{lines} line(s)" + (f", {tests} tests" if tests > 1 else "")
-            _say(console, f"      {escape(where)}: {escape(_context([m.held for m in members]))}")
+            out.append(f"      {escape(where)}: {escape(_context([m.held for m in members]))}")
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
     for scenario, signature in _never_changes(rows, attribution):
         steady[(group_of(scenario), signature)].append(scenario)
     if steady:
-        _say(console, "  [bold]no tested version changes[/] (fails in every cell where it runs):")
+        out.append("  [bold]no tested version changes[/] (fails in every cell where it runs):")
         for (_, signature), failing in sorted(steady.items()):
             who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-            _say(console, f"    {escape(_grouped(failing))}: {escape(_short_signature(signature))}{who}")
+            out.append(f"    {escape(_grouped(failing))}: {escape(_short_signature(signature))}{who}")
     for m in attribution.machines:
-        _say(console, f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}")
+        out.append(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}")
     for f in attribution.flaky:
-        _say(console, f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}")
+        out.append(f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}")
     inconclusive = sorted({r["scenario"] for r in rows if r["status"] == Status.INCONCLUSIVE})
     if inconclusive:
-        _say(console, f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}")
+        out.append(f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}")
+    _say_all(console, out)
 
 
 def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) -> list[tuple[str, str]]:
