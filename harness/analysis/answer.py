@@ -47,9 +47,9 @@ from harness.analysis.attribution import (
     seen_versions,
     to_rows,
 )
-from harness.analysis.pin import KnownGoodSet, by_cell, known_good_sets
+from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.refine import Buildable, open_ranges
-from harness.analysis.rows import CellFacts, machine_of
+from harness.analysis.rows import CellFacts, by_cell, machine_of
 
 Row = Mapping[str, Any]
 
@@ -65,7 +65,7 @@ class Answer:
     # -- the transitions ---------------------------------------------------------------------------
     @cached_property
     def cells(self) -> dict[CellFacts, list[Row]]:
-        """The rows by cell (`pin.by_cell`): read once, for every answer below."""
+        """The rows by cell (`rows.by_cell`): read once, for every answer below."""
         return by_cell(self.rows)
 
     @cached_property

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from harness.analysis.rows import CellFacts, Machine, axis_sort, cell_facts, signature_of
+from harness.analysis.rows import CellFacts, Machine, axis_sort, by_cell, cell_facts, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
 from harness.analysis.versions import Point, commit_index, order_key, release
 
@@ -355,7 +355,7 @@ def attribute(
     the index's list, a gap between two tested releases is invisible: pass it. commit_order:
     axis -> commits, oldest first. unlisted: axes whose index list could not be had; a change
     between two of their releases is a range (`UNLISTED`), never "in X". Rows without versions
-    are ignored. cells: `rows` by cell (`pin.by_cell`), when the caller has them already.
+    are ignored. cells: `rows` by cell (`rows.by_cell`), when the caller has them already.
     """
     commit_order = commit_order or {}
     # Cells are read once per cell (`rows.cell_facts`), numbered by their combination of
@@ -365,7 +365,7 @@ def attribute(
     combos: list[dict[str, Point]] = []
     machines_of: list[Machine] = []
     sources: list[bool] = []  # a git or path candidate: placed by when it first ran
-    groups = cells if cells is not None else _by_cell(rows)
+    groups = cells if cells is not None else by_cell(rows)
     failing = {row["scenario"] for group in groups.values() for row in group if row["status"] in FAILURES}
     by_scenario: dict[str, dict[int, _Cell]] = defaultdict(dict)
     first_seen: dict[tuple[str, Point], str] = {}
@@ -425,13 +425,6 @@ def attribute(
                     )
             machines.extend(_machine_differences(scenario, signature, family, by_combo))
     return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
-
-
-def _by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[CellFacts, list[Mapping[str, Any]]]:
-    groups: dict[CellFacts, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[cell_facts(row)].append(row)
-    return groups
 
 
 def _number(

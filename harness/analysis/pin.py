@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from harness.analysis.rows import CellFacts, axis_sort, canonical, cell_facts, group_of, json_map, machine_class, machine_of
+from harness.analysis.rows import CellFacts, axis_sort, by_cell, canonical, cell_facts, group_of, json_map, machine_class, machine_of
 from harness.analysis.status import FAILURES, Status, is_evidence
 from harness.analysis.versions import release, requirement, version_key
 from harness.errors import BadInput
@@ -322,14 +322,6 @@ def _covers(node: str, test: str) -> bool:
 def _breaks_collection(row: Mapping[str, Any]) -> bool:
     """A row of a suite's file or paths (no `::`) that failed: its tests were not collected."""
     return "::" not in str(row.get("scenario") or "") and str(row["status"]) in (*FAILURES, Status.INCONCLUSIVE)
-
-
-def by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[CellFacts, list[Mapping[str, Any]]]:
-    """Rows by the cell they ran in (`rows.cell_facts`), in the order the cells first appear."""
-    groups: dict[CellFacts, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[cell_facts(row)].append(row)
-    return groups
 
 
 def _cells(rows: Iterable[Mapping[str, Any]], scenarios: set[str], constraints: Constraints) -> list[_Cell]:

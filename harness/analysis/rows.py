@@ -119,6 +119,14 @@ def _read_facts(row: Mapping[str, Any]) -> CellFacts:
     return CellFacts(asked, MappingProxyType(wanted), points_of, MappingProxyType(found), machine, _machine_class(row))
 
 
+def by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[CellFacts, list[Mapping[str, Any]]]:
+    """Rows by the cell they ran in (`cell_facts`), in the order the cells first appear."""
+    groups: dict[CellFacts, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(cell_facts(row), []).append(row)
+    return groups
+
+
 def requested(row: Mapping[str, Any]) -> dict[str, str]:
     """axis -> the value the cell asked for (`1.14.0`, a git URL, a path, `inherit`).
 
