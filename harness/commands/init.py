@@ -3,9 +3,12 @@
 A commented `matrix.toml` for the stack (with a commented `[tests]` table: the team's own
 pytest suite as the checks), `scenarios/` with a plain-script example and one that uses the
 scenario kit, a GitHub Actions workflow (on demand and nightly: a sharded sweep
-with `harness plan`, a merge, `harness watch`, the results file and the report uploaded), a
-short README and a `.gitignore`. The templates are real files (linted, parsed and run by the
-tests), copied byte for byte except for the harness's version in the workflow.
+with `harness plan`, a merge, `harness watch`, the results file and the report uploaded, and
+the compatibility table published by `harness publish`: an artifact, and GitHub Pages where
+the repository turns it on), a short README and a `.gitignore`. The templates are real files
+(linted, parsed and run by the tests; the workflow also audited by zizmor and GitHub's schema,
+tests/integration/test_workflow_audit.py), copied byte for byte except for the harness's
+version in the workflow.
 
 Nothing is overwritten: if any of the files exists, nothing is written and the message names
 them. A failure half-way (a full disk) removes what was written.
@@ -90,5 +93,6 @@ def next_steps(scaffold: Scaffold) -> list[str]:
         "  harness dashboard    # the outcomes in the browser (needs the [dashboard] extra)",
         "  harness watch        # new releases against the known-good set; exit 1 names what broke",
         "  then commit it: .github/workflows/compat.yml runs the sweep and the watch nightly (set HARNESS_PACKAGE in it)",
+        "                  and publishes the table as a site (to GitHub Pages too: see the top of the workflow)",
     ]
     return lines
