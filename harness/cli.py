@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -159,7 +160,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="every cell's fork server imports torch and the matrix's preload itself (default: forked from one process per torch "
         "build that has imported torch, preloading what the cell's scenarios imported last time; matrix key `zygote`)",
     )
-    p.add_argument("--shard", default="", help="run only slice i of n of the cells, e.g. 2/4 (deterministic; merge the shards' files)")
+    p.add_argument(
+        "--shard",
+        default="",
+        help="run only slice i of n, e.g. 2/4 (deterministic; merge the shards' files): cells round robin, or with a suite "
+        "whole cells and slices of cells' tests balanced by stored durations (see --durations)",
+    )
+    _add_durations(p)
     p.add_argument(
         "--no-refine", action="store_true", help="keep ranges as ranges: do not build the releases between tested ones (default: refine)"
     )
@@ -183,6 +190,7 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.help_tail = not args.no_tail_help
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
+    options.durations = args.durations
     options.keyword, options.marker, options.allow_empty = args.keyword, args.marker, args.allow_empty
     return _suite_options(args, options)
 
@@ -251,38 +259,101 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from harness.inputs.candidates import resolve_matrix
+def _add_durations(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--durations",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with a suite: the results file (.duckdb or .jsonl) whose stored test seconds balance the shards, as pytest-split's "
+        "durations do (default: the --db file; its runs other than this one; by count where none is stored)",
+    )
 
-    if args.shards < 1:
-        raise BadInput(f"--shards {args.shards}: give at least 1")
-    cells = resolve_matrix(load_matrix(args.matrix, lenient=True)).cells
-    shards = [f"{i}/{args.shards}" for i in range(1, args.shards + 1)]
+
+def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    from harness.commands.sweep import plan_shards
+    from harness.running.sweep import SweepOptions
+
+    options = _suite_options(args, SweepOptions(args.matrix, args.db, run_id=args.run_id, env_root=args.env_root))
+    options.keyword, options.marker, options.durations = args.keyword, args.marker, args.durations
+    shards, whole = plan_shards(options, args.shards)
+    timed = shards[0].expected is not None
+    for shard in shards:  # for people; stdout is the scheduler's
+        seconds = f"expected {shard.expected:.1f} s" if shard.expected is not None else "no stored durations: split by count"
+        cut = f" ({shard.cut} a slice of its tests)" if shard.cut else ""
+        print(f"harness: shard {shard.name}: {len(shard.cells)} cell(s){cut}, {seconds}", file=sys.stderr)
+    if timed and shards:
+        longest, mean = max(s.expected or 0.0 for s in shards), sum(s.expected or 0.0 for s in shards) / len(shards)
+        print(f"harness: longest shard {longest:.1f} s, {longest / mean if mean else 1.0:.2f}x the mean {mean:.1f} s", file=sys.stderr)
     if args.format == "github-actions":
-        include = [{"shard": s, "results": f"results/shard-{i}.jsonl", "cells": len(_slice(cells, s))} for i, s in enumerate(shards, 1)]
+        include = []
+        for shard in shards:
+            entry: dict[str, Any] = {"shard": shard.name, "results": f"results/shard-{shard.index}.jsonl", "cells": len(shard.cells)}
+            entry["cut"] = shard.cut
+            if timed:
+                entry["expected_seconds"] = round(shard.expected or 0.0, 1)
+            include.append(entry)
         print(json.dumps({"include": include}))
     else:
-        print(SLURM_TEMPLATE.format(n=args.shards, matrix=args.matrix, cells=len(cells)))
+        print(slurm_script(args, shards, len(whole.cells)), end="")
     return EXIT_OK
 
 
-def _slice(cells: list[Cell], shard: str) -> list[Cell]:
-    from harness.inputs.matrix import shard_cells
-
-    return shard_cells(cells, *parse_shard(shard))
+def slurm_script(args: argparse.Namespace, shards: list[Any], cells: int) -> str:
+    """The array job of `harness plan --format slurm`: task i sweeps shard i/n into its own file; the
+    first task of each submission submits the dependent job (afterany: after every task, whatever
+    its end) that merges the shards and refines the ranges, so one `sbatch` does it all, and a
+    resubmitted task (`sbatch --array=3 FILE`) merges and refines again once it is done."""
+    n = len(shards)
+    flags: list[str] = ["--matrix", str(args.matrix)]
+    for value, flag in ((args.tests_root, "--tests-root"), (args.keyword, "-k"), (args.marker, "-m")):
+        flags += [flag, value] if value else []
+    flags += ["--tests", *args.tests] if args.tests else []
+    flags += [x for r in args.test_requirement for x in ("--test-requirement", r)]
+    flags += ["--tests-of", args.tests_of] if args.tests_of else []
+    flags += ["--tests-git", args.tests_git] if args.tests_git else []
+    flags += ["--env-root", str(args.env_root)] if args.env_root else []
+    flags += ["--run-id", args.run_id] if args.run_id else []
+    durations = args.durations or (args.db if args.db.is_file() else None)
+    shard_flags = ["--durations", str(durations)] if durations is not None else []
+    merged = shlex.quote(str(args.merged))
+    refine = shlex.join(["harness", "refine", "--db", str(args.merged), "--matrix", str(args.matrix)])
+    refine += " " + shlex.join(["--env-root", str(args.env_root)]) if args.env_root else ""
+    lines = [
+        f"#   shard {s.index}/{n}: {len(s.cells)} cell(s)"
+        + (f", {s.cut} cut" if s.cut else "")
+        + (f", expected {s.expected:.1f} s" if s.expected is not None else "")
+        for s in shards
+    ]
+    return SLURM_TEMPLATE.format(
+        n=n,
+        cells=cells,
+        matrix=args.matrix,
+        gres="#SBATCH --gres=gpu:1\n" if args.gpus_per_task else "",
+        shards="\n".join(lines),
+        sweep=shlex.join(["harness", "sweep", *flags, *shard_flags]),
+        merged=merged,
+        refine=refine,
+    )
 
 
 SLURM_TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --job-name=compat-sweep
 #SBATCH --array=1-{n}
-#SBATCH --gres=gpu:1
-#SBATCH --output=results/slurm-%A_%a.log
-# {cells} cells of {matrix} over {n} array tasks; each writes its own shard. A shard sees only
-# its cells, so the ranges between shards are refined once, after the merge (offline too: the
-# wheelhouse of `harness wheelhouse --refine-budget` holds the releases between):
-# Afterwards: harness merge --db results/compat.duckdb results/shard-*.jsonl && harness refine --db results/compat.duckdb --matrix {matrix}
+{gres}#SBATCH --output=results/slurm-%A_%a.log
+# {cells} cells of {matrix} over {n} array tasks (harness plan's layout):
+{shards}
+# Each task writes its own shard, results/shard-<task>.jsonl; a rerun of a task resumes it. A shard
+# sees only part of the matrix, so the ranges are refined once, after the merge, by the job the
+# first task of this submission submits (afterany: it runs however the tasks end).
+# Submit: sbatch THIS_FILE; resubmit one task: sbatch --array=3 THIS_FILE
 set -euo pipefail
-harness sweep --matrix {matrix} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
+mkdir -p results
+if [ "$SLURM_ARRAY_TASK_ID" = "${{SLURM_ARRAY_TASK_MIN:-1}}" ]; then
+  sbatch --job-name=compat-merge --dependency="afterany:$SLURM_ARRAY_JOB_ID" --output="results/slurm-%j-merge.log" \
+    --wrap "harness merge --db {merged} results/shard-*.jsonl && {refine}"
+fi
+exec {sweep} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
 """
 
 
@@ -432,10 +503,32 @@ def build_parser() -> argparse.ArgumentParser:
             "pytest, the plugins its configuration names and its requirements join every cell's wheels",
         )
     )
-    p = sub.add_parser("plan", help="print a scheduler's matrix of shards: a GitHub Actions matrix or a Slurm array script")
+    p = sub.add_parser(
+        "plan",
+        help="print a scheduler's shards (a GitHub Actions matrix or a Slurm array script); each one's expected seconds on stderr",
+    )
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
     p.add_argument("--format", choices=["github-actions", "slurm"], default="github-actions", help="output format")
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=DEFAULT_DB,
+        help="the results file whose stored durations balance a suite's shards (default: results/compat.duckdb)",
+    )
+    _add_durations(p)
+    _add_suite(p)
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    p.add_argument("--env-root", type=Path, default=None, help="where the shards' cell virtualenvs live (passed on to each shard)")
+    p.add_argument("--run-id", default="", help="the shards' run id (passed on; default: derived from the matrix and scenario files)")
+    p.add_argument(
+        "--merged",
+        type=Path,
+        default=DEFAULT_DB,
+        help="slurm: the DuckDB file the dependent job merges into and refines (default: results/compat.duckdb)",
+    )
+    p.add_argument("--gpus-per-task", action="store_true", help="slurm: each array task asks for one GPU (#SBATCH --gres=gpu:1)")
     p = sub.add_parser("bisect", help="find the release or commit of one library that breaks or fixes a scenario or one test")
     p.add_argument("--scenario", default="", help="scenario name or path (or --test)")
     p.add_argument(

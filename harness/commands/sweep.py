@@ -11,15 +11,17 @@ included, for the summary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.analysis.answer import Answer
 from harness.analysis.outcome import Outcome
 from harness.analysis.refine import OnRound
 from harness.commands.answer import answer
 from harness.errors import BadInput
+from harness.inputs.matrix import shard_cells
 from harness.running import live
-from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan
+from harness.running.shards import cell_weights
+from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan, shard_layout
 from harness.storage.opening import open_results
 from harness.storage.resultsfile import ResultsFile
 
@@ -98,3 +100,46 @@ def run_sweep(
     done = SweepDone(sweep_plan, produced, found, refined, sweep.timing_line(), chains, store.left_journal)
     done.empty, done.uncollected, done.allow_empty = list(sweep.ledger.suites_empty), list(sweep.ledger.suites_uncollected), allow
     return done
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One shard of `harness plan`: the cells it touches, how many of them it runs only a slice
+    of, and its expected seconds (None: no stored durations, the split is by count)."""
+
+    index: int
+    count: int
+    cells: list[str]
+    cut: int
+    expected: float | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def plan_shards(options: SweepOptions, count: int) -> tuple[list[ShardPlan], SweepPlan]:
+    """The layout `harness sweep --shard i/count` computes in each shard, for all of them at once
+    (`sweep.shard_layout`: the same inputs, so the same layout), and the sweep's plan."""
+    if count < 1:
+        raise BadInput(f"--shards {count}: give at least 1")
+    if options.durations is not None and not options.durations.is_file():
+        raise BadInput(
+            f"--durations {str(options.durations)!r} does not exist; pass the results file (.duckdb or .jsonl) of an earlier sweep, "
+            "or leave it out to balance by count"
+        )
+    whole = plan(replace(options, shard=None))
+    layout, durations = shard_layout(whole, count)
+    if layout is not None:
+        shards = [
+            ShardPlan(i, count, [p.cell for p in layout.shards[i - 1]], sum(not p.whole for p in layout.shards[i - 1]), layout.expected(i))
+            for i in range(1, count + 1)
+        ]
+        if not layout.timed:
+            shards = [replace(s, expected=None) for s in shards]
+        return shards, whole
+    ids = [c.id for c in whole.cells]
+    weights, timed = cell_weights(ids, durations)
+    seconds = dict(zip(ids, weights))
+    dealt = [[c.id for c in shard_cells(whole.cells, i, count)] for i in range(1, count + 1)]
+    return [ShardPlan(i, count, cells, 0, sum(seconds[c] for c in cells) if timed else None) for i, cells in enumerate(dealt, 1)], whole

@@ -140,7 +140,7 @@ def run_suite(request: dict[str, Any]) -> int:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return int(module.run(request["root"], request["args"], request["events"], request["skip"]))
+    return int(module.run(request["root"], request["args"], request["events"], request["skip"], request.get("keep", "")))
 
 
 def _new_imports(before: set[str], skip_dirs: list[str]) -> list[str]:

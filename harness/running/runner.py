@@ -390,11 +390,13 @@ class CellRunner:
         )
 
     def run_suite_worker(
-        self, root: Path, args: list[str], events: Path, skip: list[str], output: Path, env: Mapping[str, str]
+        self, root: Path, args: list[str], events: Path, skip: list[str], output: Path, env: Mapping[str, str], keep: Path | None = None
     ) -> tuple[int | None, int | None]:
         """One pytest worker (`testsuite_child.py`) in this cell, forked from the server like a
-        scenario: its own process group, killed by `kill_running()`. Blocks until it ends."""
+        scenario: its own process group, killed by `kill_running()`. Blocks until it ends.
+        `keep`: a shard's cut cell, where the controller writes the node ids this shard runs."""
         request: dict[str, Any] = {"kind": "suite", "root": str(root), "args": args, "events": str(events), "skip": skip}
+        request["keep"] = str(keep) if keep is not None else ""
         request.update(output=str(output), env=dict(env))
         self.start()
         runner = self._run_forked if self.isolation == "fork" else self._run_process

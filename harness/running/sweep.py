@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from harness import __version__
 from harness.analysis import outcome, versions
@@ -56,9 +56,13 @@ from harness.running.gpus import GpuPlan
 from harness.running.preloads import learned_preload, remember
 from harness.running.runner import CellRunner
 from harness.running.schedule import Feed, Help, Idle, Tail
+from harness.running.shards import SETUP_SECONDS, Durations, Layout, Piece, cell_weights, lay_out, split_tests
 from harness.running.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
 from harness.running.zygote import ZygotePool
-from harness.storage.resultsfile import ResultsFile
+from harness.storage import queries
+from harness.storage.opening import open_results
+from harness.storage.resultsfile import ResultsFile, SqlResultsFile
+from harness.storage.shardfile import ShardStore
 
 Todo = list[tuple[Scenario, int]]  # (scenario, repeat) pairs still to run in a cell
 
@@ -78,6 +82,7 @@ class SweepOptions:
     jobs: int = 1  # cells built and run at once; with GPUs, each job gets one GPU
     gpus: list[str] | None = None  # GPU ids to use (default: every GPU nvidia-smi sees)
     shard: tuple[int, int] | None = None  # (i, n): run only the i-th of n deterministic slices
+    durations: Path | None = None  # with a suite and a shard: the results file whose stored seconds balance the shards (else `db`)
     lookahead: bool = True  # a job prepares its next cell while it runs one
     zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
     help_tail: bool = True  # with several jobs: once no cell is left, idle jobs share the running ones
@@ -106,6 +111,10 @@ class SweepPlan:
     cells: list[Cell]
     run_id: str
     matrix_text: str
+    #: With a suite and --shard: this shard's piece of each of its cells (`shards.Piece`), and the
+    #: stored seconds its cut cells' tests are dealt by. Empty: whole cells (or no shard).
+    pieces: dict[str, Piece] = field(default_factory=dict)
+    durations: Durations = field(default_factory=dict)
 
 
 #: What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`).
@@ -164,13 +173,46 @@ def plan(options: SweepOptions) -> SweepPlan:
         if unknown:
             raise BadInput(f"unknown cell id(s) {', '.join(map(repr, unknown))}; list them with `harness list --matrix {options.matrix}`")
         cells = [known[c] for c in options.cells]
-    if options.shard:
-        cells = shard_cells(cells, *options.shard)
     text = options.matrix.read_text()
     run_id = options.run_id or default_run_id(text, scenarios)
     if options.fresh and not options.run_id:
         run_id += datetime.now(UTC).strftime("-%Y%m%dT%H%M%S")
-    return SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+    done = SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+    if options.shard:
+        index_of, count = options.shard
+        layout, done.durations = shard_layout(done, count)
+        done.pieces = layout.pieces(index_of) if layout is not None else {}
+        done.cells = [c for c in cells if c.id in done.pieces] if layout is not None else shard_cells(cells, index_of, count)
+    return done
+
+
+def shard_layout(plan: SweepPlan, count: int) -> tuple[Layout | None, Durations]:
+    """With a suite, the layout of `count` shards of the plan's cells (`shards.lay_out`), balanced
+    by the seconds the durations file stores for the suite's tests (`--durations`, else `--db`),
+    and those seconds; (None, seconds) for scenarios alone, whose cells are dealt round robin.
+
+    The run being swept is left out of the stored seconds: a shard writes its own outcomes
+    into its file, and a rerun that read them would cut its cells elsewhere than the first
+    start did (and than the other shards do)."""
+    suite = any(isinstance(s, Suite) for s in plan.scenarios)
+    path = plan.options.durations or plan.options.db
+    stored = stored_durations(path, plan.run_id, suites=suite)
+    if not suite:
+        names = {s.name for s in plan.scenarios}
+        return None, {c: {n: v for n, v in tests.items() if n in names} for c, tests in stored.items()}
+    ids = [c.id for c in plan.cells]
+    weights, timed = cell_weights(ids, stored)
+    return lay_out(ids, weights, count, SETUP_SECONDS if timed else 0.0, timed=timed), stored
+
+
+def stored_durations(path: Path, exclude_run: str, *, suites: bool) -> dict[str, dict[str, float]]:
+    """`queries.durations` of a results file of either kind; {} where there is none."""
+    if not path.is_file():
+        return {}
+    with open_results(path, read_only=True) as found:
+        if isinstance(found, ShardStore):
+            return found.durations(exclude_run, suites=suites)
+        return queries.durations(cast(SqlResultsFile, found), exclude_run, suites=suites)
 
 
 def _suite(options: SweepOptions, spec: MatrixSpec) -> Suite | None:
@@ -444,8 +486,11 @@ class Sweep:
 
     # -- the whole sweep ----------------------------------------------------------------------
     def todo(self, cell: Cell, done: set[tuple[str, str, int]]) -> Todo:
-        """What the run has not stored in `cell` yet: every scenario and repeat but the `done` keys."""
-        return [(s, r) for s in self.plan.scenarios for r in range(self.settings.repeats) if (cell.id, s.name, r) not in done]
+        """What the run has not stored in `cell` yet: every scenario and repeat but the `done` keys.
+        A shard's piece of a cut cell other than its first runs only its slice of the suite."""
+        piece = self.plan.pieces.get(cell.id)
+        scenarios = [s for s in self.plan.scenarios if isinstance(s, Suite)] if piece is not None and piece.part else self.plan.scenarios
+        return [(s, r) for s in scenarios for r in range(self.settings.repeats) if (cell.id, s.name, r) not in done]
 
     def record_run(self) -> None:
         """The run's row and the releases of its axes (what a range between tested versions is made of)."""
@@ -682,12 +727,14 @@ class Sweep:
         timeout = float(suite.timeout or self.settings.timeout)
         env_vars = {**scenario_env(self.plan.options), **request_env}
 
+        cut = self._cut(cell, runner.tmp / "suite-keep.json")
+
         def start(skip: list[str]) -> tuple[int | None, int | None]:
-            return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars)
+            return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars, cut[1] if cut else None)
 
         made: list[Outcome] = []
         tally = SuiteTally(cell.id, suite)  # an -m pytest refuses: BadInput, and nothing of the suite stored here
-        for event in run_suite(start, runner.kill_running, events, timeout, done=done):
+        for event in run_suite(start, runner.kill_running, events, timeout, done=done, cut=cut):
             if event.get("event") == "imported":
                 runner.imports[str(suite.path.resolve())] = [str(m) for m in event.get("modules", [])]
             for found in tally.take(event, _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)):
@@ -698,6 +745,14 @@ class Sweep:
                     made.append(self._emit(found, cell))
         tally.end(self.ledger, stopped=self._stopping.is_set())  # a selection of no test, said at the end
         return made
+
+    def _cut(self, cell: Cell, keep: Path) -> tuple[Callable[[list[str]], list[str]], Path] | None:
+        """This shard's slice of a cut cell's tests, once collected (`shards.split_tests`); None: all of them."""
+        piece = self.plan.pieces.get(cell.id)
+        if piece is None or piece.whole:
+            return None
+        seconds = self.plan.durations.get(cell.id, {})
+        return (lambda selection: split_tests(selection, seconds, piece.shares)[piece.part]), keep
 
     def _run_one(
         self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]

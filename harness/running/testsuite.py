@@ -16,6 +16,7 @@ from __future__ import annotations
 import configparser
 import hashlib
 import json
+import os
 import re
 import signal
 import threading
@@ -302,18 +303,33 @@ class _Watch:
     test_id: str = ""  # the running test's identity, where it is not its node id
 
 
+#: A shard's slice of a cut cell: the node ids it keeps, of the cell's whole selection (`shards.split_tests`).
+Slice = Callable[[list[str]], list[str]]
+
+
 def run_suite(
-    start: StartWorker, kill: KillWorker, events: Path, timeout: float, done: Iterable[str] = (), poll: float = 0.05
+    start: StartWorker,
+    kill: KillWorker,
+    events: Path,
+    timeout: float,
+    done: Iterable[str] = (),
+    poll: float = 0.05,
+    *,
+    cut: tuple[Slice, Path] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every result event of the suite, restarting the worker after a crash or a timeout.
 
     Yields the worker's own events ("collected", "collect_error", "result", "imported") and the
     controller's results for a test that crashed or timed out. `done`: node ids not to run again
     (stored already). A worker that dies twice in a row without a test finished ends the run;
-    the tests it never reached are not reported (a rerun resumes them).
+    the tests it never reached are not reported (a rerun resumes them). `cut`: a shard runs a
+    slice of this cell; the worker sends its selection ("to_split") and waits for the slice in
+    the file, written once: a worker started again after a crash reads the same one.
     """
     finished = set(done)
     barren = 0
+    if cut is not None:
+        cut[1].unlink(missing_ok=True)
     while True:
         watch = _Watch(events)
         events.write_text("")
@@ -324,12 +340,17 @@ def run_suite(
         while worker.is_alive():
             worker.join(poll)
             for event in _read(watch):
+                if event.get("event") == "to_split":
+                    _write_slice(cut, [str(n) for n in event.get("nodeids", [])])
+                    continue
                 progress |= _note(event, finished)
                 yield event
             if watch.running and time.monotonic() - watch.since > timeout and not watch.timed_out:
                 watch.timed_out = watch.running
                 kill()
         for event in _read(watch):
+            if event.get("event") == "to_split":
+                continue  # the worker ended before it read a slice: the next one asks again
             progress |= _note(event, finished)
             yield event
         exit_code, sig = answer[0] if answer else (None, signal.SIGKILL)
@@ -347,6 +368,15 @@ def run_suite(
             how = f"killed by {signal.Signals(sig).name}" if sig else f"exited with {exit_code}"
             yield {"event": "worker_died", "message": f"the pytest worker {how} before it ran a test, {barren} times"}
             return
+
+
+def _write_slice(cut: tuple[Slice, Path] | None, selection: list[str]) -> None:
+    """The shard's slice of the selection, into the file the worker waits for (once: atomically)."""
+    if cut is None or cut[1].exists():
+        return
+    part = cut[1].with_suffix(".part")
+    part.write_text(json.dumps(cut[0](selection)))
+    os.replace(part, cut[1])
 
 
 def _call_into(start: StartWorker, skip: list[str], answer: list[tuple[int | None, int | None]]) -> None:

@@ -10,6 +10,7 @@ Events, one JSON object a line:
     {"event": "collected", "nodeids": [...]}
     {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "frames", "traceback"}
     {"event": "selection", "collected": N, "selected": M}   N collected before -k/-m; M kept (done ones included)
+    {"event": "to_split", "nodeids": [...]}   a shard's cut cell: the selection, then the worker waits for the keep file
     {"event": "usage_error", "message": ...}   pytest refused the selection (an -m naming an unknown marker)
     {"event": "start", "nodeid": ..., "test_id": ...}
     {"event": "result", "nodeid", "test_id", "status", "phase", "exception_type", "message", "frames", "traceback", "reason",
@@ -30,6 +31,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -195,9 +197,10 @@ def identities(items: Sequence[Any]) -> dict[str, str]:
 class Plugin:
     """pytest's own hooks are the seam: results come from the reports, never from its terminal."""
 
-    def __init__(self, events: str, skip: list[str]) -> None:
+    def __init__(self, events: str, skip: list[str], keep: str = "") -> None:
         self.out = open(events, "a", buffering=1)  # noqa: SIM115 - lives as long as the session
         self.skip = set(skip)
+        self.keep = keep  # a shard's cut cell: the file the controller writes this worker's tests into
         self.phases: dict[str, dict[str, dict[str, Any]]] = {}
         self.exceptions: dict[tuple[str, str], dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
@@ -211,6 +214,8 @@ class Plugin:
 
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
         self.identities = identities(items)  # of every test collected, before any is left out: the same in each worker
+        if self.keep:
+            return  # done tests leave after the shard's cut (`_shard_cut`): the cut needs the whole selection
         left = [item for item in items if item.nodeid in self.skip]
         self.resumed = len(left)  # done already: still part of the selection (`_selection_guard`)
         if left:
@@ -341,6 +346,37 @@ def _selection_guard(pytest: Any, plugin: Plugin) -> object:
     return Selection()
 
 
+def _shard_cut(pytest: Any, plugin: Plugin) -> object:
+    """A shard runs a slice of a cut cell's tests: after -k/-m (trylast), the selection goes to the
+    controller ("to_split"), which answers with the node ids this shard keeps in `plugin.keep`
+    (the harness computes the slice; this side only waits and applies it). Tests cut away, and
+    those done already, count as `resumed`: still part of the selection, not run here."""
+
+    class Cut:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
+            plugin.emit(event="to_split", nodeids=[item.nodeid for item in items])
+            deadline = time.monotonic() + KEEP_WAIT_SECONDS
+            while not os.path.exists(plugin.keep):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no slice of the shard in {plugin.keep} after {KEEP_WAIT_SECONDS} s")
+                time.sleep(0.02)
+            with open(plugin.keep) as fh:
+                keep = set(json.load(fh))
+            run = [item for item in items if item.nodeid in keep and item.nodeid not in plugin.skip]
+            left = [item for item in items if item.nodeid not in keep or item.nodeid in plugin.skip]
+            plugin.resumed = len(left)
+            if left:
+                items[:] = run
+                config.hook.pytest_deselected(items=left)
+
+    return Cut()
+
+
+#: How long a worker of a cut cell waits for the controller's slice.
+KEEP_WAIT_SECONDS = 600
+
+
 def _new_imports(before: set[str], root: str) -> list[str]:
     """Installed modules loaded since `before`, leaves only; not the suite's own files."""
     inside = os.path.join(os.path.abspath(root), "")
@@ -355,16 +391,17 @@ def _new_imports(before: set[str], root: str) -> list[str]:
     return [n for n in names if n not in parents]
 
 
-def run(root: str, args: list[str], events: str, skip: list[str]) -> int:
+def run(root: str, args: list[str], events: str, skip: list[str], keep: str = "") -> int:
     """pytest.main in the suite's folder, as when the team types `pytest` there, plus the plugin."""
     before = set(sys.modules)
     import pytest
 
     os.chdir(root)
     sys.path.insert(0, root)  # as `python -m pytest` run from the suite's folder has it
-    plugin = Plugin(events, skip)
+    plugin = Plugin(events, skip, keep)
+    plugins = [plugin, _selection_guard(pytest, plugin), *([_shard_cut(pytest, plugin)] if keep else [])]
     try:
-        code = int(pytest.main(args, plugins=[plugin, _selection_guard(pytest, plugin)]))
+        code = int(pytest.main(args, plugins=plugins))
     finally:
         plugin.emit(event="imported", modules=_new_imports(before, root))
         plugin.out.close()

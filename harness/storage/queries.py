@@ -181,6 +181,21 @@ def runs(store: SqlResultsFile) -> dict[str, dict[str, Any]]:
     return found
 
 
+def durations(store: SqlResultsFile, exclude_run: str = "", *, suites: bool = True) -> dict[str, dict[str, float]]:
+    """cell id -> node id (or scenario) -> mean stored seconds, over every run but `exclude_run`:
+    what shards are balanced by (`running.shards`). `suites`: only the runs that ran a pytest
+    suite (their settings name `tests`), else only those that did not."""
+    has = "json_extract(r.settings, '$.tests') IS NOT NULL"
+    sql = (
+        "SELECT o.cell_id, o.scenario, avg(coalesce(o.seconds, 0)) AS seconds FROM outcomes o JOIN runs r ON r.run_id = o.run_id "
+        f"WHERE o.run_id <> ? AND {has if suites else 'NOT ' + has} GROUP BY o.cell_id, o.scenario"
+    )
+    found: dict[str, dict[str, float]] = {}
+    for row in store.fetch(sql, [exclude_run]):
+        found.setdefault(row["cell_id"], {})[row["scenario"]] = float(row["seconds"])
+    return found
+
+
 def cell_record(store: SqlResultsFile, run_id: str, cell_id: str) -> dict[str, Any] | None:
     """One run's record of one cell (JSON columns decoded)."""
     rows = _decode(store.fetch("SELECT * FROM cells WHERE run_id = ? AND cell_id = ?", [run_id, cell_id]), _CELL_JSON)

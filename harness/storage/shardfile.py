@@ -56,7 +56,7 @@ class ShardStore:
         if self.path.exists():
             for rec in read_records(self.path):
                 if rec["type"] == "run":
-                    self._runs[rec["run_id"]] = rec
+                    self._runs[rec["run_id"]] = rec  # its settings say whether it ran a suite (`durations`)
                 elif rec["type"] == "cell":
                     self._cells[(rec["run_id"], rec["cell_id"])] = rec
                 elif rec["type"] == "outcome":
@@ -154,6 +154,19 @@ class ShardStore:
             )
         # as the answers read them: `scenario` a test's identity across releases, `node_id` its node id
         return as_tests(sorted(rows, key=lambda r: (r["cell_id"], r["scenario"], r["repeat"])))
+
+    def durations(self, exclude_run: str = "", *, suites: bool = True) -> dict[str, dict[str, float]]:
+        """`queries.durations` of this file: cell id -> node id -> mean seconds, every run but `exclude_run`."""
+        sums: dict[tuple[str, str], list[float]] = {}
+        for rec in read_records(self.path):
+            run = self._runs.get(rec.get("run_id", ""), {})
+            if rec["type"] != "outcome" or rec["run_id"] == exclude_run or bool((run.get("settings") or {}).get("tests")) != suites:
+                continue
+            sums.setdefault((rec["cell_id"], rec["scenario"]), []).append(float(rec.get("seconds") or 0.0))
+        found: dict[str, dict[str, float]] = {}
+        for (cell, node), seconds in sums.items():
+            found.setdefault(cell, {})[node] = sum(seconds) / len(seconds)
+        return found
 
     def known_releases(self) -> dict[str, list[str]]:
         """axis -> every release the runs' `releases` lines listed, sorted."""
