@@ -321,3 +321,29 @@ def filters(facets: dict[str, list[str]], *, scenario: bool = True) -> dict[str,
 def open_cell(cell_id: str, scenario: str = "") -> None:
     params = {"cell": cell_id, **({"scenario": scenario} if scenario else {})}
     st.switch_page(PAGES["cell"], query_params=params)
+
+
+def select_kept(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None) -> str:
+    """A selectbox whose choice is kept across pages, falling back to `default` when the kept one is no option here."""
+    keep(key, default)
+    if st.session_state[key] not in options:
+        st.session_state[key] = default if default in options else (options[0] if options else "")
+    if not options:
+        return ""
+    value = st.selectbox(label, list(options), key=key, help=help)
+    remember(key)
+    return str(value)
+
+
+#: Past this many outcomes, answers that `harness attribute` did not store are not computed for the heatmap's marks:
+#: a 20,000-test suite takes tens of seconds to answer, and the Matrix page must come up in under 2 s.
+CHEAP_ANSWERS = 20_000
+
+
+def answers_if_cheap(store: Store) -> list[dict[str, Any]]:
+    """Every transition of the file (`failure_answers`), when stored and current or quick to compute; else none."""
+    from harness.commands import answer
+
+    if queries.answers_current(store) or queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
+        return answer.failure_answers(store).transitions
+    return []

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard import grouping
+from harness.analysis import heatmap
 from harness.analysis.attribution import MachineDifference, Transition
 from harness.analysis.bisect import Verdict, repeat_verdict, stored_result
 from harness.analysis.rows import AXIS_ORDER, axis_sort, distance
@@ -27,22 +28,8 @@ from harness.analysis.versions import sort_values, version_key
 
 __all__ = ["SEVERITY", "fold", "sort_values", "status_of", "version_key"]
 
-#: Background colours of the heatmap, one per status (and one for mixed cells: some repeats passed).
-COLOURS = {
-    "pass": "#a5d6a7",
-    "fail": "#ef9a9a",
-    "error": "#e57373",
-    "crash": "#ce93d8",
-    "oom": "#ba68c8",
-    "timeout": "#ffcc80",
-    "inconclusive": "#90caf9",
-    "unresolvable": "#cfd8dc",
-    "install_failed": "#b0bec5",
-    "not_applicable": "#eceff1",
-    "xfail": "#d7ccc8",
-    "xpass": "#b2ebf2",
-    "mixed": "#fff176",
-}
+#: Background colours, one per status (and one for mixed cells: some repeats passed): the heatmap's, shared with `harness publish`.
+COLOURS = heatmap.COLOURS
 KIND_COLOURS = {"introduced": "#d32f2f", "fixed": "#388e3c", "flaky": "#f9a825"}
 
 
@@ -128,6 +115,34 @@ def selected_cell(matrix: Matrix, selection: Mapping[str, Any] | None) -> tuple[
         if 0 <= int(row) < len(matrix.frame):
             return str(matrix.frame.iloc[int(row)]["cell_id"]), ""
     return None
+
+
+#: The heatmap's width in pixels, row names included: with the sidebar open, the page's column is ~980 px at 1440 px.
+HEAT_WIDTH = 940
+
+
+def heat_columns(matrix: Matrix) -> list[heatmap.Column]:
+    """The matrix's rows (cells, or cells and GPUs) as the heatmap's columns."""
+    by_gpu = "gpu" in matrix.frame.columns
+    out = []
+    for record in matrix.frame[["cell_id", *(["gpu"] if by_gpu else []), *matrix.axes]].itertuples(index=False):
+        values = record._asdict()
+        gpu = str(values.get("gpu") or "") if by_gpu else ""
+        key = f"{values['cell_id']} @ {gpu}" if gpu else str(values["cell_id"])
+        versions = tuple((a, str(values[a])) for a in matrix.axes if values.get(a))
+        out.append(heatmap.Column(key, str(values["cell_id"]), versions, gpu))
+    return out
+
+
+def stored_edges(transitions: Sequence[Mapping[str, Any]], cells: set[str], group: Any = None) -> list[heatmap.Edge]:
+    """The introduced/fixed transitions whose new side is one of `cells` (the filtered ones)."""
+    return [e for e in heatmap.edges_of(transitions, group) if e.after_cell in cells]
+
+
+def heat_spec(matrix: Matrix, columns: Sequence[heatmap.Column], edges: Sequence[heatmap.Edge], last: str) -> dict[str, Any]:
+    """The Matrix page's heatmap: every scenario × every column, ordered with `last` varying fastest."""
+    words = {(c.key, scenario): word for scenario in matrix.scenarios for c, word in zip(columns, matrix.frame[scenario])}
+    return heatmap.layout(list(matrix.scenarios), columns, words, edges, last, width=HEAT_WIDTH)
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, grouping, logic
+from harness.analysis import heatmap
 from harness.analysis.pin import ANY_MACHINE, marker_matches, select_tests
-from harness.analysis.rows import machine_class
+from harness.analysis.rows import axis_sort, machine_class
 from harness.storage import queries
 
 #: The most tests one table lists; past it, the page says how many matched and asks for a narrower search.
@@ -124,6 +125,46 @@ def _legend(columns: Sequence[grouping.Column]) -> None:
         st.markdown("\n".join(f"- **{c.label}** {c.varying}" + (f" on {c.gpu}" if c.gpu else "") + f" · `{c.cell_id}`" for c in columns))
 
 
+def _file_of(test: str) -> str:
+    return test.split("::", 1)[0]
+
+
+def _heat_column(c: grouping.Column) -> heatmap.Column:
+    versions = tuple((a, c.versions[a]) for a in axis_sort(c.versions))
+    return heatmap.Column(f"{c.cell_id} @ {c.gpu}" if c.gpu else c.cell_id, c.cell_id, versions, c.gpu)
+
+
+def _heatmap(files: grouping.Grid) -> None:
+    """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell."""
+    columns = [_heat_column(c) for c in files.columns]
+    edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns}, group=_file_of)
+    axes = heatmap.varying(columns)
+    last = common.select_kept(
+        "Changes along this library show as edges",
+        axes,
+        "m_last",
+        heatmap.busiest_axis(edges, axes),
+        help="The cells are ordered by every library's version, this one varying fastest.",
+    )
+    words = {
+        (column.key, str(name)): word
+        for label, column in zip(files.labels, columns)
+        for name, word in zip(files.frame["name"], files.frame[label])
+    }
+    spec = heatmap.layout(list(files.frame["name"]), columns, words, edges, last, width=logic.HEAT_WIDTH)
+    st.caption(
+        "Every test file × every cell: a square's colour is the worst status among the file's tests there (hover for the counts); "
+        "a tick on an edge is a release that attribution found changed tests of that file. Click a square to open the cell, a "
+        "tick to open the failure; the tables below go down to classes and tests."
+    )
+    event = st.vega_lite_chart(spec, key="suite_heatmap", on_select="rerun", selection_mode=[heatmap.PICK, heatmap.EDGE])
+    cell_id, _, signature = heatmap.picked((event or {}).get("selection"))  # a dict in AppTest, VegaLiteState in a server
+    if signature:
+        st.switch_page(common.PAGES["failures"], query_params={"signature": signature})
+    if cell_id:
+        common.open_cell(cell_id)
+
+
 def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     """The Matrix page for a test suite: files, then a file's classes, then a class's tests, × cells."""
     pending = st.session_state.pop(PENDING, None)
@@ -148,6 +189,7 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
     )
     st.markdown(legend, unsafe_allow_html=True)
+    _heatmap(files)
     _legend(columns)
 
     names = list(files.frame["name"])

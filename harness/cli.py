@@ -475,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_attribute(sub)
     _add_pin(sub)
     _add_report(sub)
+    _add_publish(sub)
     p = sub.add_parser("merge", help="combine results files (.jsonl shards, .duckdb) into one DuckDB store, without duplicates")
     p.add_argument("sources", nargs="+", type=Path, help="results files to bring in")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="the DuckDB store to merge into (default: results/compat.duckdb)")
@@ -722,6 +723,25 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="write the markdown to this file instead of printing it")
 
 
+def _add_publish(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="write the compatibility table as a static site (DIR/index.html): heatmap, answers, known-good sets, support tables",
+        description="One self-contained index.html (data and scripts inline, no server, no request to any other host) "
+        "that a project can commit or push to GitHub Pages. See docs/dashboard.md.",
+    )
+    _add_db(p)
+    p.add_argument("--out", type=Path, default=Path("site"), help="the folder to write index.html into (default: site)")
+
+
+def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from harness.commands.publish import publish, summary_line
+
+    page, site = publish(args.db, args.out)
+    print(summary_line(page, site))
+    return EXIT_OK
+
+
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from harness.commands.report import report_file
 
@@ -941,6 +961,7 @@ COMMANDS = {
     "pin": _cmd_pin,
     "refine": _cmd_refine,
     "report": _cmd_report,
+    "publish": _cmd_publish,
     "dashboard": _cmd_dashboard,
     "init": _cmd_init,
     "watch": _cmd_watch,

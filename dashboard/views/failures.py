@@ -65,11 +65,13 @@ else:
     )
     rows = event.selection.rows
     attributed = [i for i in range(len(table)) if table.iloc[i]["introduced in"] or table.iloc[i]["fixed in"]]
-    index = rows[0] if rows else (attributed[0] if attributed else 0)
+    # `?signature=` (a click on the Matrix's heatmap) chooses the row until one is selected here
+    linked = [i for i in range(len(table)) if str(table.iloc[i]["signature"]) == st.query_params.get("signature")]
+    index = rows[0] if rows else (linked or attributed or [0])[0]
     signature = str(table.iloc[index]["signature"])
     row = failures[index]
 
-    if rows:
+    if rows or linked:
         st.subheader("Signature")
     else:
         st.subheader(f"Signature (the {'most widespread with transitions' if attributed else 'most widespread'}; select a row for another)")

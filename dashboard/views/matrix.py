@@ -1,7 +1,14 @@
-"""Matrix: cells × scenarios, coloured by status; selecting a cell of the grid opens it.
+"""Matrix: every scenario against every cell at once, as a heatmap; a click opens the cell, or the failure.
 
-A test suite (node ids, `harness sweep --tests`) is drawn by dashboard/suite.py instead: files,
-then classes, then tests × cells, with a search box.
+The cells are ordered by their versions with one axis varying fastest (*changes along*), so
+that a release of that axis which changes a verdict sits beside the one before it: the
+change is an edge of colour, and a tick on it (or a triangle in the cell, where the two
+cells are not neighbours) says which release, as attribution found it. The spec is
+`harness.analysis.heatmap`'s, the one `harness publish` draws too. The table of one row per
+cell is still here, on demand (*Table*).
+
+A test suite (node ids, `harness sweep --tests`) is drawn by dashboard/suite.py instead: its
+files × cells as a heatmap, then files, classes and tests as tables, with a search box.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, logic, suite
+from harness.analysis import heatmap
 from harness.storage import queries
 
 st.title("Matrix")
@@ -30,50 +38,84 @@ if tests:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _matrix(
-    version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool
-) -> tuple[logic.Matrix, pd.DataFrame, list[str], list[str]]:
+def _matrix(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> logic.Matrix:
     counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
     cells = common.query(queries.cell_summaries, chosen)
-    matrix = logic.build_matrix(counts, cells, by_gpu=by_gpu)
+    return logic.build_matrix(counts, cells, by_gpu=by_gpu)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _table(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The old grid's frame: one-word lists, which a MultiselectColumn draws as coloured tags."""
+    matrix = _matrix(version, chosen, by_gpu)
     shown = matrix.frame.copy()
-    for scenario in matrix.scenarios:  # one-word lists: a MultiselectColumn draws them as coloured tags
+    for scenario in matrix.scenarios:
         shown[scenario] = shown[scenario].map(lambda w: [w] if w else [])
     options, colours = logic.tag_colours(w for s in matrix.scenarios for w in matrix.frame[s].unique())
-    return matrix, shown, options, colours
+    return shown, options, colours
 
 
-matrix, shown, options, colours = _matrix(common.version(), chosen, by_gpu)
+matrix = _matrix(common.version(), chosen, by_gpu)
 if matrix.empty:
     st.info("No outcomes match these filters.")
     st.stop()
 
 totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(matrix.totals.items(), key=lambda kv: logic.SEVERITY.index(kv[0])))
 st.markdown(f"**{len(matrix.frame):,}** cell(s) × **{len(matrix.scenarios)}** scenario(s) — {totals}")
-legend = " ".join(
-    f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
-)
-st.markdown(legend, unsafe_allow_html=True)
-st.caption("Select a cell of the grid to open that cell; a scenario column opens it at that scenario.")
 
-config: dict[str, Any] = {"gpu": st.column_config.TextColumn("GPU", pinned=True, width="small")}
-for axis in matrix.axes:
-    config[axis] = st.column_config.TextColumn(axis, pinned=True, width="small")
-for scenario in matrix.scenarios:
-    config[scenario] = st.column_config.MultiselectColumn(scenario, width=125, help=scenario, options=options, color=colours)
-event = st.dataframe(
-    shown,
-    key="matrix_grid",
-    on_select="rerun",
-    selection_mode="single-cell",
-    hide_index=True,
-    column_order=[c for c in shown.columns if c != "cell_id"],  # the axes name the cell; its id stays for the click
-    column_config=config,
-    height=min(38 + 35 * len(matrix.frame), 640),
+columns = logic.heat_columns(matrix)
+edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns})
+axes = heatmap.varying(columns)
+last = common.select_kept(
+    "Changes along this library show as edges",
+    axes,
+    "m_last",
+    heatmap.busiest_axis(edges, axes),
+    help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
+    "outcome sits right beside the release before it. The default is the library most answers are about.",
 )
-picked = logic.selected_cell(matrix, event.selection)
-if picked:
-    common.open_cell(*picked)
+spec = logic.heat_spec(matrix, columns, edges, last)
+st.caption(
+    "Hover a square for its cell and outcome; click it to open the cell at that scenario. A tick on an edge (red: introduced, "
+    "green: fixed) is a release that attribution found changed the row there; a triangle marks the new side where the "
+    "release before it is elsewhere in this order. Click a tick to open that failure."
+    + (" Columns are narrower than a pixel: narrow the filters to tell them apart." if len(columns) > heatmap.LABEL_LIMIT * 2 else "")
+)
+event = st.vega_lite_chart(spec, key="matrix_heatmap", on_select="rerun", selection_mode=[heatmap.PICK, heatmap.EDGE])
+cell_id, scenario, signature = heatmap.picked((event or {}).get("selection"))  # a dict in AppTest, VegaLiteState in a server
+if signature:
+    st.switch_page(common.PAGES["failures"], query_params={"signature": signature})
+if cell_id:
+    common.open_cell(cell_id, scenario)
+
+common.keep("matrix_table", False)
+table_on = st.toggle("Table: one row per cell", key="matrix_table", help="the grid of words, one row per cell, one column per scenario")
+common.remember("matrix_table")
+if table_on:
+    shown, options, colours = _table(common.version(), chosen, by_gpu)
+    legend = " ".join(
+        f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
+    )
+    st.markdown(legend, unsafe_allow_html=True)
+    st.caption("Select a cell of the grid to open that cell; a scenario column opens it at that scenario.")
+    config: dict[str, Any] = {"gpu": st.column_config.TextColumn("GPU", pinned=True, width="small")}
+    for axis in matrix.axes:
+        config[axis] = st.column_config.TextColumn(axis, pinned=True, width="small")
+    for name in matrix.scenarios:
+        config[name] = st.column_config.MultiselectColumn(name, width=125, help=name, options=options, color=colours)
+    grid = st.dataframe(
+        shown,
+        key="matrix_grid",
+        on_select="rerun",
+        selection_mode="single-cell",
+        hide_index=True,
+        column_order=[c for c in shown.columns if c != "cell_id"],  # the axes name the cell; its id stays for the click
+        column_config=config,
+        height=min(38 + 35 * len(matrix.frame), 640),
+    )
+    picked = logic.selected_cell(matrix, grid.selection)
+    if picked:
+        common.open_cell(*picked)
 
 if st.toggle("Outcomes by scenario (chart)", key="matrix_chart"):
     import altair as alt  # 0.2 s to import: only for the chart, on demand

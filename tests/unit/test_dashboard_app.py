@@ -151,6 +151,13 @@ def run(at: AppTest, page: str = "matrix", **params: str) -> AppTest:
     return at
 
 
+def show_table(at: AppTest) -> AppTest:
+    """The Matrix's table of one row per cell (under the heatmap, on demand; kept on across pages)."""
+    at.toggle(key="matrix_table").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def texts(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
     return "\n".join(str(p) for p in parts)
@@ -308,7 +315,7 @@ def test_a_sweep_that_stopped_says_rerun_to_resume(tmp_path: Path, monkeypatch: 
 
 
 def test_matrix_is_cells_by_scenarios_with_folded_statuses(app: AppTest) -> None:
-    run(app)
+    show_table(run(app))
     grid = app.dataframe[0].value
     assert list(grid["cell_id"]) == [cell_id("A"), cell_id("A", "1.13.1"), cell_id("B"), cell_id("C"), cell_id("D")]
     words = {row.cell_id: (list(row.load), list(row.lora)) for row in grid.itertuples()}
@@ -319,7 +326,7 @@ def test_matrix_is_cells_by_scenarios_with_folded_statuses(app: AppTest) -> None
 
 
 def test_matrix_filters_by_axis_gpu_and_run(app: AppTest) -> None:
-    run(app)
+    show_table(run(app))
     app.multiselect(key="f_transformers").set_value(["5.23.0"]).run()
     assert list(app.dataframe[0].value["cell_id"]) == [cell_id("C"), cell_id("D")]
     app.multiselect(key="f_gpu").set_value(["cpu"]).run()
@@ -332,7 +339,7 @@ def test_matrix_filters_by_axis_gpu_and_run(app: AppTest) -> None:
 
 
 def test_matrix_one_row_per_gpu_keeps_hosts_apart(app: AppTest) -> None:
-    run(app)
+    show_table(run(app))
     app.toggle(key="by_gpu").set_value(True).run()
     grid = app.dataframe[0].value
     d = grid[grid["cell_id"] == cell_id("D")].set_index("gpu")
@@ -341,13 +348,13 @@ def test_matrix_one_row_per_gpu_keeps_hosts_apart(app: AppTest) -> None:
 
 def test_matrix_chart_of_outcomes_by_scenario_on_demand(app: AppTest) -> None:
     run(app)
-    assert not app.get("vega_lite_chart")  # drawn only when asked for: it costs the browser time
+    assert len(app.get("vega_lite_chart")) == 1  # the heatmap; the bar chart is drawn only when asked for
     app.toggle(key="matrix_chart").set_value(True).run()
-    assert app.get("vega_lite_chart")
+    assert len(app.get("vega_lite_chart")) == 2
 
 
 def test_filters_survive_a_visit_to_another_page(app: AppTest) -> None:
-    run(app)
+    show_table(run(app))
     app.multiselect(key="f_accelerate").set_value(["1.14.0"]).run()
     run(app, "cell")
     run(app, "matrix")
@@ -356,7 +363,7 @@ def test_filters_survive_a_visit_to_another_page(app: AppTest) -> None:
 
 
 def test_selecting_a_grid_cell_opens_that_cell_at_that_scenario(app: AppTest) -> None:
-    run(app)
+    show_table(run(app))
     row = list(app.dataframe[0].value["cell_id"]).index(cell_id("C"))
     # What the browser sends when a cell of the grid is clicked (AppTest accepts selection state).
     app.session_state["matrix_grid"] = {"selection": {"rows": [], "columns": [], "cells": [[row, "lora"]]}}
@@ -366,6 +373,43 @@ def test_selecting_a_grid_cell_opens_that_cell_at_that_scenario(app: AppTest) ->
     assert app.selectbox(key="cell_pick").value == cell_id("C")
     assert app.query_params["cell"] == cell_id("C") and app.query_params["scenario"] == "lora"
     assert SIG_LORA in texts(app)  # the chosen scenario's outcome is the one shown
+
+
+def test_matrix_heatmap_orders_cells_by_versions_and_marks_the_edges(app: AppTest, db: Path) -> None:
+    run(app)
+    # the busiest axis varies fastest: accelerate (load is fixed in 1.14.0 on two lines), so A and B are neighbours
+    assert app.selectbox(key="m_last").value == "accelerate"
+    with Store(db, read_only=True) as store:
+        matrix = logic.build_matrix(queries.matrix_counts(store, {}), queries.cell_summaries(store, {}))
+        transitions = queries.transitions(store, "")
+    columns = logic.heat_columns(matrix)
+    spec = logic.heat_spec(matrix, columns, logic.stored_edges(transitions, {c.cell_id for c in columns}), "accelerate")
+    order = [c["cell"] for c in spec["datasets"]["columns"]]
+    assert order == [cell_id("A"), cell_id("A", "1.13.1"), cell_id("B"), cell_id("C"), cell_id("D")]
+    edge = [m for m in spec["datasets"]["marks"] if m["row"] == "load" and m["x"] == order.index(cell_id("B"))]
+    assert edge and edge[0]["edge"] and "fixed in accelerate 1.14.0 (after 1.13.1)" in edge[0]["text"]
+    squares = {(d["row"], order[d["x"]]) for d in spec["datasets"]["heat"]}
+    assert squares == {(s, c) for s in ("load", "lora") for c in order} - {("lora", cell_id("A", "1.13.1"))}
+    app.selectbox(key="m_last").set_value("transformers").run()
+    assert not app.exception
+
+
+def test_clicking_a_heatmap_square_opens_that_cell_at_that_scenario(app: AppTest) -> None:
+    run(app)
+    # What the browser sends when a square of the heatmap is clicked (the spec's `pick` selection)
+    app.session_state["matrix_heatmap"] = {"selection": {"pick": [{"cell": cell_id("C"), "row": "lora"}], "edge": []}}
+    app.run()
+    assert not app.exception and app.title[0].value == "Cell"
+    assert app.query_params["cell"] == cell_id("C") and app.query_params["scenario"] == "lora"
+
+
+def test_clicking_a_heatmap_edge_opens_that_failure(app: AppTest) -> None:
+    run(app)
+    app.session_state["matrix_heatmap"] = {"selection": {"pick": [], "edge": [{"sig": SIG_LOAD}]}}
+    app.run()
+    assert not app.exception and app.title[0].value == "Failures"
+    assert app.query_params["signature"] == SIG_LOAD
+    assert app.code[0].value == SIG_LOAD  # the linked failure is the one shown, not the most widespread
 
 
 # -- failures ------------------------------------------------------------------------------------

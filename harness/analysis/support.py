@@ -1,0 +1,193 @@
+"""Support tables: for one library, its releases as columns and the scenarios (or a suite's test groups) as rows. Pure.
+
+The question projects ask in public ("which transformers releases work with peft 0.20?") is a
+table in the style of a browser-support table: one row per feature, one column per release.
+Here the row is a scenario and the release is one library's, on the **known-good line** of a
+machine class: every other axis held at that machine's known-good set (`pin.known_good_sets`),
+so a column differs from its neighbour in that library alone. A column is a release that ran
+on the line (each square says pass, fail, … as `status.fold` folds it) or the releases the
+index lists between two that ran, which were not built. An exact answer of attribution on
+that line (both releases ran: `Transition.exact`) is marked on the release that changed it.
+
+>>> from harness.analysis.answer import answer_rows
+>>> def row(tf, status):
+...     return {"scenario": "load", "status": status, "signature": "E: x" if status != "pass" else "", "repeat": 0,
+...             "cell_id": f"tf{tf}", "run_id": "r", "gpu": "cpu", "platform": "linux-x86_64", "python": "3.11",
+...             "versions": {"torch": "2.13.0", "transformers": tf}}
+>>> found = answer_rows([row("5.6.2", "error"), row("5.8.0", "pass")], {"transformers": ["5.6.2", "5.7.0", "5.8.0"]})
+>>> table = [t for t in support_tables(found) if t.library == "transformers"][0]
+>>> [c.label for c in table.columns], [table.entry("load", i).word for i in range(3)]
+(['5.6.2', '5.7.0', '5.8.0'], ['error', '', 'pass'])
+>>> found = answer_rows([row("5.6.2", "error"), row("5.7.0", "pass")], {"transformers": ["5.6.2", "5.7.0"]})
+>>> [t for t in support_tables(found) if t.library == "transformers"][0].entry("load", 1).mark
+'fixed in transformers 5.7.0 (after 5.6.2)'
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.analysis.answer import Answer
+from harness.analysis.attribution import Transition
+from harness.analysis.pin import KnownGoodSet
+from harness.analysis.rows import CellFacts, axis_sort
+from harness.analysis.status import fold
+from harness.analysis.versions import release, version_key
+
+
+@dataclass(frozen=True)
+class SupportColumn:
+    """A release that ran on the line (`cell_id` set), or the releases between two that ran, not built."""
+
+    release: str = ""
+    cell_id: str = ""
+    not_built: tuple[str, ...] = ()
+
+    @property
+    def built(self) -> bool:
+        return bool(self.cell_id)
+
+    @property
+    def label(self) -> str:
+        """The release, or the range not built: `5.7.0`, `5.7.0 … 5.10.4 (12)`."""
+        if self.built or len(self.not_built) == 1:
+            return self.release or self.not_built[0]
+        return f"{self.not_built[0]} … {self.not_built[-1]} ({len(self.not_built)})"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One square: the folded outcome ("" where nothing ran), and the exact answer that changed it at this release."""
+
+    word: str = ""
+    mark: str = ""  # `fixed in transformers 5.11.0 (after 5.10.4)`
+    kind: str = ""  # introduced | fixed | ""
+
+
+@dataclass(frozen=True)
+class SupportTable:
+    """One library's releases × the rows, on one machine class's known-good line."""
+
+    machine: str  # the machine class: `cpu`, `1x NVIDIA H200`
+    library: str
+    held: tuple[tuple[str, str], ...]  # the line: every other axis at its known-good value
+    known_good: str  # the library's release in the known-good set
+    columns: tuple[SupportColumn, ...]
+    rows: tuple[str, ...]
+    entries: Mapping[tuple[str, int], Entry] = field(default_factory=dict)
+
+    def entry(self, row: str, index: int) -> Entry:
+        return self.entries.get((row, index), Entry())
+
+    @property
+    def built(self) -> int:
+        """How many releases ran on the line: with fewer than two, the table answers nothing about this library."""
+        return sum(c.built for c in self.columns)
+
+    @property
+    def marked(self) -> int:
+        return sum(1 for e in self.entries.values() if e.mark)
+
+
+def _cells_by_id(
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]],
+) -> dict[tuple[str, str], tuple[CellFacts, list[Mapping[str, Any]]]]:
+    """(machine class, cell id) -> its facts and every row of it (one cell runs in several runs: one CellFacts per run)."""
+    out: dict[tuple[str, str], tuple[CellFacts, list[Mapping[str, Any]]]] = {}
+    for facts, rows in cells.items():
+        if not rows:
+            continue
+        key = (facts.machine_class, str(rows[0]["cell_id"]))
+        out.setdefault(key, (facts, []))[1].extend(rows)
+    return out
+
+
+def _values(facts: CellFacts) -> dict[str, str]:
+    return {axis: point.value for axis, point in facts.points.items()}
+
+
+def _gap(before: str, after: str, listed: Sequence[str]) -> tuple[str, ...]:
+    """The releases listed strictly between two that ran (no pre-releases, unless an end is one)."""
+    low, high = release(before), release(after)
+    if low is None or high is None:
+        return ()
+    pre = low.is_prerelease or high.is_prerelease
+    between = {v: release(v) for v in listed}
+    found = [v for v, r in between.items() if r is not None and low < r < high and (pre or not r.is_prerelease)]
+    return tuple(sorted(found, key=version_key))
+
+
+def _columns(built: Mapping[str, str], listed: Sequence[str]) -> list[SupportColumn]:
+    """The releases that ran (value -> cell id), oldest first, with the releases not built between each two."""
+    values = sorted(built, key=version_key)
+    out: list[SupportColumn] = []
+    for i, value in enumerate(values):
+        if i:
+            gap = _gap(values[i - 1], value, listed)
+            if gap:
+                out.append(SupportColumn(not_built=gap))
+        out.append(SupportColumn(value, built[value]))
+    return out
+
+
+def _marks(transitions: Iterable[Transition], library: str, line: set[str], machine: str) -> dict[tuple[str, str], Transition]:
+    """(scenario, release) -> the exact answer along `library` between two cells of the line."""
+    found: dict[tuple[str, str], Transition] = {}
+    for t in transitions:
+        if t.axis == library and t.exact and t.after_cell in line and t.before_cell in line and t.machine == machine:
+            found.setdefault((t.scenario, t.after), t)
+    return found
+
+
+def _table(
+    known: KnownGoodSet,
+    library: str,
+    line: Sequence[tuple[CellFacts, list[Mapping[str, Any]]]],
+    found: Answer,
+    group: Callable[[str], str],
+) -> SupportTable:
+    held_at = _values(line[0][0])  # any cell of the line: they differ only in `library`
+    by_value = {_values(facts)[library]: str(rows[0]["cell_id"]) for facts, rows in line}
+    columns = _columns(by_value, found.releases.get(library, ()))
+    index = {c.cell_id: i for i, c in enumerate(columns) if c.built}
+    counts: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    for _, rows in line:
+        for row in rows:
+            counts[(group(str(row["scenario"])), index[str(row["cell_id"])])][str(row["status"])] += 1
+    marks = _marks(found.transitions, library, set(index), line[0][0].machine.label())
+    at = {c.release: i for i, c in enumerate(columns) if c.built}
+    entries = {key: Entry(fold(n)) for key, n in counts.items()}
+    for (scenario, after), t in marks.items():
+        key = (group(scenario), at[after])
+        entries[key] = Entry(entries.get(key, Entry()).word, t.headline(), t.kind)
+    rows_shown = tuple(sorted({r for r, _ in counts}))
+    held = tuple((a, held_at[a]) for a in axis_sort(held_at) if a != library)
+    return SupportTable(known.machine, library, held, dict(known.result.versions).get(library, ""), tuple(columns), rows_shown, entries)
+
+
+def support_tables(found: Answer, group: Callable[[str], str] | None = None) -> list[SupportTable]:
+    """One table per machine class with a known-good set and per library (axis), in reading order.
+
+    `group` maps a row's scenario to the table's row (a suite's test group); by default each scenario is a row.
+    """
+    by_id = _cells_by_id(found.cells)
+    tables = []
+    for known in found.known_good:
+        if not known.result.found:
+            continue
+        chosen = by_id.get((known.machine, known.result.cell_ids[0]))
+        if chosen is None:
+            continue
+        good = _values(chosen[0])
+        mine = [cell for (machine, _), cell in by_id.items() if machine == known.machine]
+        for library in axis_sort(good):
+            line = [
+                (facts, rows)
+                for facts, rows in mine
+                if library in _values(facts) and all(_values(facts).get(a) == v for a, v in good.items() if a != library)
+            ]
+            tables.append(_table(known, library, line, found, group or (lambda s: s)))
+    return tables
