@@ -69,19 +69,37 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
     of the time and 2 GB, and every analysis compared them again row by row.
     """
     columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v")]
-    own = ", ".join(f'"{c}"' for c in columns if c in _OUTCOME_LEVEL)
-    shared = ", ".join(f'"{c}"' for c in columns if c not in _OUTCOME_LEVEL)
+    own = [c for c in columns if c in _OUTCOME_LEVEL]
+    shared = [c for c in columns if c not in _OUTCOME_LEVEL]
     where, params = (" WHERE run_id = ?", [run_id]) if run_id else ("", [])
-    rows = store.fetch(f"SELECT {own} FROM outcomes_v{where} ORDER BY cell_id, scenario, repeat, run_id", params)
+    listed = ", ".join(f'"{c}"' for c in own)
+    tuples = store.fetch_tuples(f"SELECT {listed} FROM outcomes_v{where} ORDER BY cell_id, scenario, repeat, run_id", params)
+    templates: dict[tuple[Any, Any], dict[str, Any]] = {}
     if shared:
         # one outcome per cell, picked from the table first: the view's JSON reads then run 20 times, not 400,000
         picked = f"SELECT run_id, cell_id, min(scenario) AS scenario FROM outcomes{where} GROUP BY ALL"
         on = "v.run_id = one.run_id AND v.cell_id = one.cell_id AND v.scenario = one.scenario"
-        shared_v = ", ".join(f"v.{c}" for c in shared.split(", "))
-        cells = store.fetch(f"SELECT v.run_id, v.cell_id, {shared_v} FROM outcomes_v v JOIN ({picked}) one ON {on}", params)
-        by_cell = {(c["run_id"], c["cell_id"]): c for c in cells}
-        for row in rows:
-            row.update(by_cell[(row["run_id"], row["cell_id"])])
+        shared_v = ", ".join(f'v."{c}"' for c in shared)
+        sql = f"SELECT v.run_id AS _run, v.cell_id AS _cell, {shared_v} FROM outcomes_v v JOIN ({picked}) one ON {on}"
+        for cell in store.fetch(sql, params):
+            key = (cell.pop("_run"), cell.pop("_cell"))
+            templates[key] = {**dict.fromkeys(own), **cell}  # the outcome's columns first, as the view lists them
+    return _rows_from(tuples, own, templates)
+
+
+def _rows_from(
+    tuples: Sequence[tuple[Any, ...]], own: Sequence[str], templates: Mapping[tuple[Any, Any], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each outcome as a dict: a copy of its cell's template (the cell's columns, shared) filled
+    with its own columns, then `as_tests`. Copying a template costs less than building a dict and
+    then adding 20 columns to it, 400,000 times."""
+    run, cell = own.index("run_id"), own.index("cell_id")
+    empty = dict.fromkeys(own)
+    rows = []
+    for values in tuples:
+        row = templates.get((values[run], values[cell]), empty).copy()
+        row.update(zip(own, values))
+        rows.append(row)
     return as_tests(rows)
 
 

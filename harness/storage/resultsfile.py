@@ -73,6 +73,10 @@ class SqlResultsFile(ResultsFile, Protocol):
         """Rows as dicts."""
         ...
 
+    def fetch_tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows as tuples, in the query's column order."""
+        ...
+
     def has_table(self, name: str) -> bool: ...
     def reading(self) -> AbstractContextManager[object]:
         """One consistent view for the reads inside the block."""
