@@ -90,6 +90,11 @@ def _pin_marker(at: AppTest) -> None:
     at.button(key="pin_go").click()
 
 
+def _other_library(at: AppTest) -> None:
+    widget = at.selectbox(key="support_library")
+    widget.set_value(next(o for o in widget.options if o != widget.value))
+
+
 def suite_cases() -> list[Case]:
     """A test suite's file (issue #28): the pages as a suite shows them."""
     return [
@@ -98,6 +103,7 @@ def suite_cases() -> list[Case]:
             "failures", "filter one axis to one version", lambda at: _pick_any(at, ["f_gpu", "f_transformers", "f_accelerate", "f_peft"], 0)
         ),
         Case("pin", "pin the tests -m 'not slow' selects", _pin_marker),
+        Case("support", "choose another library", _other_library),
     ]
 
 
@@ -117,6 +123,7 @@ def cases() -> list[Case]:
             ),
         ),
         Case("pin", "choose every scenario that passes somewhere", lambda at: at.button(key="pin_all_passing").click()),
+        Case("support", "choose another library", _other_library),
     ]
 
 

@@ -4,7 +4,7 @@
     harness dashboard --db results/compat.duckdb        # the same
     nox -s dashboard                                     # the shipped results/default.duckdb
 
-Pages: Matrix, Failures, Cell, Compare, Pin (dashboard/views/). Every number comes from a query
+Pages: Matrix, Failures, Cell, Compare, Pin, Support (dashboard/views/). Every number comes from a query
 function in harness/storage/queries.py; the file is opened read-only. See docs/dashboard.md.
 """
 
@@ -31,6 +31,7 @@ pages = [
     st.Page(common.PAGES["cell"], title="Cell", icon=":material/deployed_code:", url_path="cell"),
     st.Page(common.PAGES["compare"], title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(common.PAGES["pin"], title="Pin", icon=":material/push_pin:", url_path="pin"),
+    st.Page(common.PAGES["support"], title="Support", icon=":material/table_chart:", url_path="support"),
 ]
 page = st.navigation(pages)
 common.source_picker()

@@ -58,6 +58,7 @@ PAGES = {
     "cell": "views/cell.py",
     "compare": "views/compare.py",
     "pin": "views/pin.py",
+    "support": "views/support.py",
 }
 
 

@@ -158,7 +158,7 @@ def _heatmap(files: grouping.Grid) -> None:
         "tick to open the failure; the tables below go down to classes and tests."
     )
     event = st.vega_lite_chart(spec, key="suite_heatmap", on_select="rerun", selection_mode=[heatmap.PICK, heatmap.EDGE])
-    cell_id, _, signature = heatmap.picked((event or {}).get("selection"))  # a dict in AppTest, VegaLiteState in a server
+    cell_id, _, signature = heatmap.picked(logic.chart_selection(event))
     if signature:
         st.switch_page(common.PAGES["failures"], query_params={"signature": signature})
     if cell_id:

@@ -38,32 +38,34 @@ if tests:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _matrix(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> logic.Matrix:
+def _heat(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> logic.Heat:
     counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
-    cells = common.query(queries.cell_summaries, chosen)
-    return logic.build_matrix(counts, cells, by_gpu=by_gpu)
+    return logic.heat_data(counts, common.query(queries.cell_summaries, chosen), by_gpu=by_gpu)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _table(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """The old grid's frame: one-word lists, which a MultiselectColumn draws as coloured tags."""
-    matrix = _matrix(version, chosen, by_gpu)
+def _table(
+    version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool
+) -> tuple[logic.Matrix, pd.DataFrame, list[str], list[str]]:
+    """The old grid (built only when asked for): one-word lists, which a MultiselectColumn draws as coloured tags."""
+    counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
+    matrix = logic.build_matrix(counts, common.query(queries.cell_summaries, chosen), by_gpu=by_gpu)
     shown = matrix.frame.copy()
     for scenario in matrix.scenarios:
         shown[scenario] = shown[scenario].map(lambda w: [w] if w else [])
     options, colours = logic.tag_colours(w for s in matrix.scenarios for w in matrix.frame[s].unique())
-    return shown, options, colours
+    return matrix, shown, options, colours
 
 
-matrix = _matrix(common.version(), chosen, by_gpu)
-if matrix.empty:
+heat = _heat(common.version(), chosen, by_gpu)
+if heat.empty:
     st.info("No outcomes match these filters.")
     st.stop()
 
-totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(matrix.totals.items(), key=lambda kv: logic.SEVERITY.index(kv[0])))
-st.markdown(f"**{len(matrix.frame):,}** cell(s) × **{len(matrix.scenarios)}** scenario(s) — {totals}")
+totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(heat.totals.items(), key=lambda kv: logic.SEVERITY.index(kv[0])))
+st.markdown(f"**{len(heat.columns):,}** cell(s) × **{len(heat.scenarios)}** scenario(s) — {totals}")
 
-columns = logic.heat_columns(matrix)
+columns = heat.columns
 edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns})
 axes = heatmap.varying(columns)
 last = common.select_kept(
@@ -74,7 +76,7 @@ last = common.select_kept(
     help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
     "outcome sits right beside the release before it. The default is the library most answers are about.",
 )
-spec = logic.heat_spec(matrix, columns, edges, last)
+spec = logic.heat_spec(heat, edges, last)
 st.caption(
     "Hover a square for its cell and outcome; click it to open the cell at that scenario. A tick on an edge (red: introduced, "
     "green: fixed) is a release that attribution found changed the row there; a triangle marks the new side where the "
@@ -82,7 +84,7 @@ st.caption(
     + (" Columns are narrower than a pixel: narrow the filters to tell them apart." if len(columns) > heatmap.LABEL_LIMIT * 2 else "")
 )
 event = st.vega_lite_chart(spec, key="matrix_heatmap", on_select="rerun", selection_mode=[heatmap.PICK, heatmap.EDGE])
-cell_id, scenario, signature = heatmap.picked((event or {}).get("selection"))  # a dict in AppTest, VegaLiteState in a server
+cell_id, scenario, signature = heatmap.picked(logic.chart_selection(event))
 if signature:
     st.switch_page(common.PAGES["failures"], query_params={"signature": signature})
 if cell_id:
@@ -92,7 +94,7 @@ common.keep("matrix_table", False)
 table_on = st.toggle("Table: one row per cell", key="matrix_table", help="the grid of words, one row per cell, one column per scenario")
 common.remember("matrix_table")
 if table_on:
-    shown, options, colours = _table(common.version(), chosen, by_gpu)
+    matrix, shown, options, colours = _table(common.version(), chosen, by_gpu)
     legend = " ".join(
         f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
     )
@@ -120,6 +122,7 @@ if table_on:
 if st.toggle("Outcomes by scenario (chart)", key="matrix_chart"):
     import altair as alt  # 0.2 s to import: only for the chart, on demand
 
+    matrix = _table(common.version(), chosen, by_gpu)[0]
     long = matrix.frame.melt(id_vars=["cell_id"], value_vars=list(matrix.scenarios), var_name="scenario", value_name="word")
     long = long[long["word"] != ""]
     long["status"] = long["word"].map(logic.status_of)

@@ -167,14 +167,10 @@ def marks(edges: Iterable[Edge], columns: Sequence[Column]) -> list[Mark]:
     return out
 
 
-@dataclass(frozen=True)
-class Square:
-    """One square of the heatmap: a row in a column, with the folded word (`status.fold`) or a group's word."""
-
-    row: str
-    index: int
-    word: str
-    status: str = ""  # the colour key; from the word when empty
+def square(row: str, index: int, word: str, status: str = "") -> dict[str, Any]:
+    """One square of the heatmap's data: a row in a column, with its folded word (`status.fold`) or a group's word,
+    and its colour key (from the word when not given)."""
+    return {"row": row, "x": index, "x2": index + 1, "word": word, "status": status or status_of(word)}
 
 
 def runs(columns: Sequence[Column], axis: str) -> list[tuple[int, int, str]]:
@@ -209,7 +205,7 @@ def step_for(count: int, width: int) -> float:
 
 
 def spec(
-    rows: Sequence[str], columns: Sequence[Column], squares: Iterable[Square], found: Iterable[Mark] = (), *, width: int = 900
+    rows: Sequence[str], columns: Sequence[Column], squares: Sequence[Mapping[str, Any]], found: Iterable[Mark] = (), *, width: int = 900
 ) -> dict[str, Any]:
     """The Vega-Lite spec: the axis strips over the heatmap, row names included about `width` px wide; data inline.
 
@@ -220,7 +216,6 @@ def spec(
     axes = varying(columns) + (["GPU"] if len({c.gpu for c in columns}) > 1 else [])
     x = {"field": "x", "type": "quantitative", "scale": {"domain": [0, max(len(columns), 1)], "nice": False, "zero": True}, "axis": None}
     cols = [{"x": i, "cell": c.cell_id, "gpu": c.gpu, "versions": c.describe()} for i, c in enumerate(columns)]
-    heat = [{"row": s.row, "x": s.index, "x2": s.index + 1, "word": s.word, "status": s.status or status_of(s.word)} for s in squares]
     points = [
         {"row": m.row, "x": m.index if m.on_edge else m.index + 0.5, "kind": m.kind, "text": m.text, "sig": m.signature, "edge": m.on_edge}
         for m in found
@@ -306,7 +301,7 @@ def spec(
     }
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",  # an identifier only: nothing fetches it
-        "datasets": {"heat": heat, "columns": cols, "marks": points, "strips": _strips(columns, axes, step)},
+        "datasets": {"heat": squares, "columns": cols, "marks": points, "strips": _strips(columns, axes, step)},
         "vconcat": [strips, heatmap] if axes else [heatmap],
         "spacing": 4,
         "resolve": {"scale": {"color": "independent"}},  # the strips' shades are no status
@@ -329,7 +324,7 @@ def layout(
     """The spec of `words` ((column key, row) -> word), the columns ordered with `last` varying fastest."""
     ordered = order(columns, last)
     index = {c.key: i for i, c in enumerate(ordered)}
-    squares = [Square(row, index[key], word) for (key, row), word in words.items() if word and key in index]
+    squares = [square(row, index[key], word) for (key, row), word in words.items() if word and key in index]
     return spec(rows, ordered, squares, marks(edges, ordered), width=width)
 
 

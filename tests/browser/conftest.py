@@ -95,6 +95,16 @@ def server(dashboard_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield url
 
 
+@pytest.fixture(scope="session")
+def shipped_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server on the shipped results/default.duckdb itself (opened read-only), so that pictures name it as users see it."""
+    pytest.importorskip("streamlit", reason="the dashboard needs streamlit (pip install -e '.[dev]')")
+    port = _free_port()
+    db = Path("results") / "default.duckdb"  # relative to the server's folder, the checkout: the banner shows this
+    with serving(streamlit_command(db, port), port, tmp_path_factory.mktemp("streamlit") / "shipped.log") as url:
+        yield url
+
+
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Callable[[list[str], int], str]]:
     """Start a server with any command line (e.g. `harness dashboard`); stopped after the test."""

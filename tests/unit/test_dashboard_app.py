@@ -380,10 +380,9 @@ def test_matrix_heatmap_orders_cells_by_versions_and_marks_the_edges(app: AppTes
     # the busiest axis varies fastest: accelerate (load is fixed in 1.14.0 on two lines), so A and B are neighbours
     assert app.selectbox(key="m_last").value == "accelerate"
     with Store(db, read_only=True) as store:
-        matrix = logic.build_matrix(queries.matrix_counts(store, {}), queries.cell_summaries(store, {}))
+        heat = logic.heat_data(queries.matrix_counts(store, {}), queries.cell_summaries(store, {}))
         transitions = queries.transitions(store, "")
-    columns = logic.heat_columns(matrix)
-    spec = logic.heat_spec(matrix, columns, logic.stored_edges(transitions, {c.cell_id for c in columns}), "accelerate")
+    spec = logic.heat_spec(heat, logic.stored_edges(transitions, {c.cell_id for c in heat.columns}), "accelerate")
     order = [c["cell"] for c in spec["datasets"]["columns"]]
     assert order == [cell_id("A"), cell_id("A", "1.13.1"), cell_id("B"), cell_id("C"), cell_id("D")]
     edge = [m for m in spec["datasets"]["marks"] if m["row"] == "load" and m["x"] == order.index(cell_id("B"))]
