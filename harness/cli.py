@@ -274,7 +274,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from harness.commands.sweep import plan_shards
     from harness.running.sweep import SweepOptions
 
-    options = _suite_options(args, SweepOptions(args.matrix, args.db, run_id=args.run_id, env_root=args.env_root))
+    options = _suite_options(args, SweepOptions(args.matrix, args.db, scenarios=args.scenario, run_id=args.run_id, env_root=args.env_root))
     options.keyword, options.marker, options.durations = args.keyword, args.marker, args.durations
     shards, whole = plan_shards(options, args.shards)
     timed = shards[0].expected is not None
@@ -314,10 +314,11 @@ def slurm_script(args: argparse.Namespace, shards: list[Any], cells: int) -> str
     flags += ["--tests-git", args.tests_git] if args.tests_git else []
     flags += ["--env-root", str(args.env_root)] if args.env_root else []
     flags += ["--run-id", args.run_id] if args.run_id else []
+    scenarios = [x for name in args.scenario for x in ("--scenario", name)]
     durations = args.durations or (args.db if args.db.is_file() else None)
     shard_flags = ["--durations", str(durations)] if durations is not None else []
     merged = shlex.quote(str(args.merged))
-    refine = shlex.join(["harness", "refine", "--db", str(args.merged), "--matrix", str(args.matrix)])
+    refine = shlex.join(["harness", "refine", "--db", str(args.merged), "--matrix", str(args.matrix), *scenarios])
     refine += " " + shlex.join(["--env-root", str(args.env_root)]) if args.env_root else ""
     lines = [
         f"#   shard {s.index}/{n}: {len(s.cells)} cell(s)"
@@ -331,7 +332,7 @@ def slurm_script(args: argparse.Namespace, shards: list[Any], cells: int) -> str
         matrix=args.matrix,
         gres="#SBATCH --gres=gpu:1\n" if args.gpus_per_task else "",
         shards="\n".join(lines),
-        sweep=shlex.join(["harness", "sweep", *flags, *shard_flags]),
+        sweep=shlex.join(["harness", "sweep", *flags, *scenarios, *shard_flags]),
         merged=merged,
         refine=refine,
     )
@@ -340,7 +341,7 @@ def slurm_script(args: argparse.Namespace, shards: list[Any], cells: int) -> str
 SLURM_TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --job-name=compat-sweep
 #SBATCH --array=1-{n}
-{gres}#SBATCH --output=results/slurm-%A_%a.log
+{gres}#SBATCH --output=slurm-compat-%A_%a.log
 # {cells} cells of {matrix} over {n} array tasks (harness plan's layout):
 {shards}
 # Each task writes its own shard, results/shard-<task>.jsonl; a rerun of a task resumes it. A shard
@@ -350,7 +351,7 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 set -euo pipefail
 mkdir -p results
 if [ "$SLURM_ARRAY_TASK_ID" = "${{SLURM_ARRAY_TASK_MIN:-1}}" ]; then
-  sbatch --job-name=compat-merge --dependency="afterany:$SLURM_ARRAY_JOB_ID" --output="results/slurm-%j-merge.log" \
+  sbatch --job-name=compat-merge --dependency="afterany:$SLURM_ARRAY_JOB_ID" --output="slurm-compat-%j-merge.log" \\
     --wrap "harness merge --db {merged} results/shard-*.jsonl && {refine}"
 fi
 exec {sweep} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
@@ -523,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument("--env-root", type=Path, default=None, help="where the shards' cell virtualenvs live (passed on to each shard)")
     p.add_argument("--run-id", default="", help="the shards' run id (passed on; default: derived from the matrix and scenario files)")
+    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; passed on)")
     p.add_argument(
         "--merged",
         type=Path,
