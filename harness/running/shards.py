@@ -96,12 +96,12 @@ def lay_out(cells: Sequence[str], weights: Sequence[float], count: int, setup: f
 
 
 def _whole_cells(weights: Sequence[float], count: int, setup: float) -> list[list[int]]:
-    """Longest cell first, each into the shard with the least load so far (the lowest on ties);
+    """Longest cell first, each into the shard with the least load so far (the fewest cells, then the lowest, on ties);
     each shard's cells back in matrix order. Equal weights give round robin."""
     loads = [0.0] * count
     shards: list[list[int]] = [[] for _ in range(count)]
     for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
-        j = min(range(count), key=lambda j: (loads[j], j))
+        j = min(range(count), key=lambda j: (loads[j], len(shards[j]), j))  # on equal loads, the fewest cells
         loads[j] += weights[i] + setup
         shards[j].append(i)
     return [sorted(s) for s in shards]
@@ -190,4 +190,3 @@ def split_tests(nodeids: Sequence[str], seconds: Mapping[str, float], shares: Se
         loads[j] += weight[node]
         chosen[node] = j
     return [[n for n in nodeids if chosen[n] == j] for j in range(len(shares))]
-
