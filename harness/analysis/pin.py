@@ -38,6 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import chain
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -245,6 +246,8 @@ class _Cell:
     #: What kept tests from being collected here: a file that failed to import, a worker that
     #: died before its first test (their node ids: files, folders, paths); `_absent` reads them.
     uncollected: tuple[str, ...] = ()
+    #: `clean`, where it is known already (a narrowed cell's: its parent's, less what was dropped).
+    known_clean: set[str] | None = field(default=None, repr=False, compare=False)
 
     # Cached: a cell is complete once `_cells` returns it, and over a large suite `_blockers` and
     # the ranking read these once per scenario and sort key (89 s -> 5 s at 20,000 tests x 20 cells).
@@ -258,6 +261,9 @@ class _Cell:
 
     def runs(self, scenario: str | None = None) -> tuple[str, ...]:
         rows = self.rows.get(scenario, []) if scenario else self.all_rows
+        if len(rows) == 1:  # most of a suite's tests: asked once per test for the chosen cell's evidence
+            run = str(rows[0].get("run_id") or "")
+            return (run,) if run else ()
         return tuple(sorted({str(r.get("run_id") or "") for r in rows} - {""}))
 
     def result(self, scenario: str) -> _ScenarioResult:
@@ -280,16 +286,19 @@ class _Cell:
             reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
         return _ScenarioResult(False, reason, passed, len(rows))
 
+    @cached_property
+    def clean(self) -> set[str]:
+        """The scenarios whose every outcome here passed: worked out once per cell, as the
+        known-good set asks each cell twice, over 20,000 tests (`_narrowed` hands it on)."""
+        if self.known_clean is not None:
+            return self.known_clean
+        ok = Status.PASS
+        return {s for s, rows in self.rows.items() if (rows[0]["status"] == ok if len(rows) == 1 else all(r["status"] == ok for r in rows))}
+
     def passes(self, wanted: set[str]) -> set[str]:
         """The scenarios of `wanted` whose `result` is ok here, without a result object for each of
         a suite's 20,000: those whose every outcome passed, and tests not collected here (`_absent`)."""
-        ok = Status.PASS
-        found = {
-            s
-            for s, rows in self.rows.items()
-            if s in wanted and (rows[0]["status"] == ok if len(rows) == 1 else all(r["status"] == ok for r in rows))  # mostly one
-        }
-        return found | {s for s in wanted - self.rows.keys() if self._absent(s).ok}
+        return (self.clean & wanted) | {s for s in wanted - self.rows.keys() if self._absent(s).ok}
 
     def _absent(self, scenario: str) -> _ScenarioResult:
         """No outcome here. A test (a node id, or its identity across the suite's releases) that
@@ -307,7 +316,9 @@ class _Cell:
         return (*(preference(self.versions.get(axis)) for axis in order), self.cell_id)
 
     def machines(self) -> tuple[str, ...]:
-        return tuple(sorted({machine_of(r).label() for r in self.all_rows}))
+        # a machine is its cell's and run's: one row of each (run, cell) says it
+        one = {(r.get("run_id"), r.get("cell_id")): r for r in self.all_rows}
+        return tuple(sorted({machine_of(r).label() for r in one.values()}))
 
 
 def _covers(node: str, test: str) -> bool:
@@ -340,24 +351,31 @@ def _cells_of(groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], scenarios
         cell = cells.get(key) if key else None
         if key and cell is None:
             cell = _Cell(dict(facts.installed))
-        asked = False
-        for row in rows:
-            if row.get("scenario") not in scenarios:
-                if _breaks_collection(row):
-                    uncollected[key].add(str(row["scenario"]))
-                continue
-            if cell is None:
-                continue
-            if not asked:  # the cell's requested versions, from the first row that joins it
-                asked = True
-                cells.setdefault(key, cell)
-                for axis, value in facts.asked.items():
-                    cell.requested.setdefault(axis, value)
-            cell.rows[str(row["scenario"])].append(row)
+        joined = _join(cell, rows, scenarios, uncollected[key])
+        if joined and cell is not None:  # the cell's requested versions, from the first rows that join it
+            cells.setdefault(key, cell)
+            for axis, value in facts.asked.items():
+                cell.requested.setdefault(axis, value)
     for key, nodes in uncollected.items():
         if key in cells:
             cells[key].uncollected = tuple(sorted(nodes))
     return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
+
+
+def _join(cell: _Cell | None, rows: Sequence[Mapping[str, Any]], scenarios: set[str], uncollected: set[str]) -> bool:
+    """Add one cell's rows of `scenarios` to `cell` (none where the cell has no versions), and to
+    `uncollected` the others that kept tests from being collected; whether any row joined."""
+    joined = False
+    by_scenario = cell.rows if cell is not None else None
+    for row in rows:  # 400,000 rows for a suite's known-good set: nothing here but what must be
+        scenario = str(row["scenario"])
+        if scenario not in scenarios:
+            if _breaks_collection(row):
+                uncollected.add(scenario)
+        elif by_scenario is not None:
+            by_scenario[scenario].append(row)
+            joined = True
+    return joined
 
 
 def _admitted(rows: Iterable[Mapping[str, Any]], constraints: Constraints | None) -> list[Mapping[str, Any]]:
@@ -721,32 +739,39 @@ def choose_for_passing(
 
 
 def _choose_for_passing(
-    groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], constraints: Constraints
+    groups: Mapping[CellFacts, Sequence[Mapping[str, Any]]], constraints: Constraints, passing: Iterable[str] | None = None
 ) -> tuple[PinResult, list[str], list[str]] | None:
-    """`choose_for_passing` over rows already admitted, by cell."""
+    """`choose_for_passing` over rows already admitted, by cell; `passing`, where the caller
+    counted the scenarios that pass somewhere in them already."""
     ok = Status.PASS
-    passing = sorted({str(r["scenario"]) for rows in groups.values() for r in rows if r["status"] == ok})
-    if not passing:
+    if passing is None:
+        passing = {str(r["scenario"]) for rows in groups.values() for r in rows if r["status"] == ok}
+    wanted = sorted(passing)
+    if not wanted:
         return None
-    cells = _cells_of(groups, set(passing), constraints)
-    dropped = drop_order(cells, passing)
+    cells = _cells_of(groups, set(wanted), constraints)
+    dropped = drop_order(cells, wanted)
     gone = set(dropped)
-    wanted = [s for s in passing if s not in gone]
-    return _choose(_narrowed(cells, set(wanted)), tuple(wanted), constraints, DEFAULT_RANKING), wanted, dropped
+    kept = [s for s in wanted if s not in gone]
+    narrowed = _narrowed(cells, gone) if gone else cells  # nothing dropped: the cells hold only the wanted already
+    return _choose(narrowed, tuple(kept), constraints, DEFAULT_RANKING), kept, dropped
 
 
-def _narrowed(cells: Sequence[_Cell], wanted: set[str]) -> list[_Cell]:
-    """`_cells` over fewer scenarios, from cells already read (one pass over the rows, not two):
-    each cell's rows of those scenarios; a failing row of another one that keeps tests from
-    being collected (`_breaks_collection`) joins `uncollected`; a cell left without rows goes."""
+def _narrowed(cells: Sequence[_Cell], gone: set[str]) -> list[_Cell]:
+    """The cells without the scenarios `gone` (dropped from the wanted ones), from cells already
+    read: a row of one of them that keeps tests from being collected (`_breaks_collection`) joins
+    `uncollected`; a cell left without rows goes."""
     out = []
     for cell in cells:
-        rows = {s: r for s, r in cell.rows.items() if s in wanted}
-        if not rows:
+        leaving = gone & cell.rows.keys()
+        if len(leaving) == len(cell.rows):
             continue
-        broken = {s for s, r in cell.rows.items() if s not in wanted and any(_breaks_collection(x) for x in r)}
-        narrowed = _Cell(cell.versions, cell.requested, defaultdict(list, rows), tuple(sorted({*cell.uncollected, *broken})))
-        out.append(narrowed)
+        rows = defaultdict(list, cell.rows)  # a copy of the dict (its lists shared), less the few that go
+        for scenario in leaving:
+            del rows[scenario]
+        broken = {s for s in leaving if any(_breaks_collection(x) for x in cell.rows[s])}
+        uncollected = tuple(sorted({*cell.uncollected, *broken}))
+        out.append(_Cell(cell.versions, cell.requested, rows, uncollected, known_clean=cell.clean - leaving))
     return out
 
 
@@ -975,18 +1000,33 @@ class KnownGoodSet:
         }
 
 
-def _ran_and_evidence(rows: Iterable[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
-    """(the scenarios that ran: not only `not_applicable`; those that passed or failed: `with_evidence`), in one pass."""
-    ran: set[str] = set()
-    evidence: set[str] = set()
+@dataclass
+class _Tally:
+    """What one machine class's rows hold, counted in one pass (`_tally`): the scenarios that
+    passed somewhere (what its known-good set is chosen over), ran (not only `not_applicable`),
+    and gave evidence (passed or failed)."""
+
+    passing: set[str] = field(default_factory=set)
+    ran: set[str] = field(default_factory=set)
+    evidence: set[str] = field(default_factory=set)
+
+
+def _tally(rows: Iterable[Mapping[str, Any]], stored: set[str]) -> _Tally:
+    """`_Tally` of `rows`, adding every scenario they name to `stored`: one pass, not four."""
+    found = _Tally()
     skipped, passed = Status.NOT_APPLICABLE, Status.PASS
     for row in rows:
-        status = row["status"]
-        if status != skipped:
-            ran.add(str(row["scenario"]))
-            if status == passed or status in FAILURES:
-                evidence.add(str(row["scenario"]))
-    return ran, evidence
+        scenario, status = str(row["scenario"]), row["status"]
+        stored.add(scenario)
+        if status == skipped:
+            continue
+        found.ran.add(scenario)
+        if status == passed:
+            found.passing.add(scenario)
+            found.evidence.add(scenario)
+        elif status in FAILURES:
+            found.evidence.add(scenario)
+    return found
 
 
 def known_good_sets(
@@ -998,19 +1038,18 @@ def known_good_sets(
     scenario never keeps a CPU cell out, and a CPU-only one never keeps a GPU cell out.
     """
     cells = cells if cells is not None else by_cell(rows)  # `rows` by cell, when the caller has them
-    by_class: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     cells_of_class: dict[str, dict[CellFacts, Sequence[Mapping[str, Any]]]] = defaultdict(dict)
     for facts, mine in cells.items():
-        by_class[facts.machine_class].extend(mine)
         cells_of_class[facts.machine_class][facts] = mine
-    stored = {str(r["scenario"]) for r in rows}
+    stored: set[str] = set()
+    tallies = {machine: _tally(chain.from_iterable(groups.values()), stored) for machine, groups in cells_of_class.items()}
     found = []
-    classes = sorted(set(by_class) - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`, from the rows read once
-    for machine in [*classes, *([""] if "" in by_class else [])]:
-        mine = by_class[machine]
+    classes = sorted(set(cells_of_class) - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`, from the rows read once
+    for machine in [*classes, *([""] if "" in cells_of_class else [])]:
+        tally = tallies[machine]
         constraints = Constraints(machine=machine)
-        chosen = _choose_for_passing(cells_of_class[machine], constraints)  # its rows are this machine's: all admitted
-        ran, evidence = _ran_and_evidence(mine)
+        chosen = _choose_for_passing(cells_of_class[machine], constraints, tally.passing)  # its rows are this machine's: all admitted
+        ran, evidence = tally.ran, tally.evidence
         idle = tuple(sorted(stored - ran))
         if chosen is None:
             empty = PinResult((), constraints, (), 0, 0)
