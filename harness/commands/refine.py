@@ -187,6 +187,8 @@ def refine_file(
         if suite is not None:
             scenarios[suite.name] = suite  # its tests' node ids run as one narrowed suite (`_probe_work`)
         machines = found.machines_of(prefix)
+        if not found.transitions:  # every scenario the same in every cell: no range (a merged file of shards, often)
+            return RefineReport(), run_id, []
         if not machines:
             raise BadInput(
                 f"no answer in {str(db)!r} holds on this machine ({prefix}); refine on the machine it ran on: "

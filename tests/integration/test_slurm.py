@@ -176,5 +176,7 @@ def test_a_suite_in_test_shards_through_slurm_equals_the_serial_sweep(cluster: C
     ids = [(r["cell_id"], r["scenario"]) for shard in shards for r in shard]
     assert len(ids) == len(set(ids)) == 24, "each test of each cell in exactly one shard, once"
     merged = work / "results" / "compat.duckdb"
+    last = max(work.glob("slurm-compat-*-merge.log"), key=lambda p: int(p.name.split("-")[2])).read_text()
+    assert "0 duplicate key(s)" in last and "refinement: no range between tested releases to narrow" in last, last
     serial_keys = _keys(work / "serial.duckdb")
     assert _keys(merged, "sharded") == serial_keys and len(serial_keys) == 24
