@@ -59,7 +59,9 @@ def shards(work: Path, mode: str, count: int, common: list[str]) -> list[tuple[f
     for i in range(1, count + 1):
         db = work / f"{mode}-{i}.jsonl"
         db.unlink(missing_ok=True)
-        wall, _ = harness("sweep", *common, "--shard", f"{i}/{count}", "--run-id", mode, *durations, "--db", db.name, "--no-progress", cwd=work)
+        wall, _ = harness(
+            "sweep", *common, "--shard", f"{i}/{count}", "--run-id", mode, *durations, "--db", db.name, "--no-progress", cwd=work
+        )
         found.append((wall, test_seconds(db)))
     return found
 
