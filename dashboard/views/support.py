@@ -4,7 +4,7 @@ On each machine class's known-good line: every other library at that machine's k
 version, so two columns differ in this library alone. A square is the folded outcome there;
 a column of releases the index lists between two that ran says *not built*; ★ (fixed) and
 ▲ (introduced) mark the exact answers of attribution on that line. The same tables as
-`harness publish` writes (`harness.analysis.support`, through `harness.commands.publish.read_site`).
+`harness publish` writes (`harness.analysis.support`, through `harness.commands.publish.support_of`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from harness.commands import publish
 
 st.title("Support")
 common.data_banner()
-site = common.query(publish.read_site, common.db_path().name)
-libraries = list(dict.fromkeys(t.library for t in site.tables))
+with st.spinner("Reading every outcome and choosing each machine's known-good set (seconds on a large file)…"):
+    tables, rows_are = common.query(publish.support_of)
+libraries = list(dict.fromkeys(t.library for t in tables))
 if not libraries:
     st.info("No machine has a known-good set (nothing passes anywhere), so there is no line to tabulate.")
     st.stop()
-default = next((lib for lib in libraries if any(t.library == lib and t.marked for t in site.tables)), libraries[0])
+default = next((lib for lib in libraries if any(t.library == lib and t.marked for t in tables)), libraries[0])
 library = common.select_kept("Library", libraries, "support_library", default, help="its releases become the columns")
 
 
@@ -36,11 +37,11 @@ def frame(table: SupportTable) -> tuple[pd.DataFrame, pd.DataFrame]:
         marks = ["" if not e.mark else (" ▲" if e.kind == "introduced" else " ★") for e in entries]
         words[label] = [(e.word or "—") + m if column.built else "not built" for e, m in zip(entries, marks)]
         colours[label] = [logic.colour_of(e.word) if column.built else "color: #8c959f" for e in entries]
-    index = pd.Index(table.rows, name=site.rows_are)
+    index = pd.Index(table.rows, name=rows_are)
     return pd.DataFrame(words, index=index), pd.DataFrame(colours, index=index)
 
 
-for table in [t for t in site.tables if t.library == library]:
+for table in [t for t in tables if t.library == library]:
     held = ", ".join(f"{a} {v}" for a, v in table.held)
     st.subheader(f"{library} on {table.machine}")
     if table.built < 2:

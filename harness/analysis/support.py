@@ -148,6 +148,7 @@ def _table(
     line: Sequence[tuple[CellFacts, list[Mapping[str, Any]]]],
     found: Answer,
     group: Callable[[str], str],
+    transitions: Sequence[Transition] | None,
 ) -> SupportTable:
     held_at = _values(line[0][0])  # any cell of the line: they differ only in `library`
     by_value = {_values(facts)[library]: str(rows[0]["cell_id"]) for facts, rows in line}
@@ -157,7 +158,7 @@ def _table(
     for _, rows in line:
         for row in rows:
             counts[(group(str(row["scenario"])), index[str(row["cell_id"])])][str(row["status"])] += 1
-    marks = _marks(found.transitions, library, set(index), line[0][0].machine.label())
+    marks = _marks(found.transitions if transitions is None else transitions, library, set(index), line[0][0].machine.label())
     at = {c.release: i for i, c in enumerate(columns) if c.built}
     entries = {key: Entry(fold(n)) for key, n in counts.items()}
     for (scenario, after), t in marks.items():
@@ -168,10 +169,13 @@ def _table(
     return SupportTable(known.machine, library, held, dict(known.result.versions).get(library, ""), tuple(columns), rows_shown, entries)
 
 
-def support_tables(found: Answer, group: Callable[[str], str] | None = None) -> list[SupportTable]:
+def support_tables(
+    found: Answer, group: Callable[[str], str] | None = None, transitions: Sequence[Transition] | None = None
+) -> list[SupportTable]:
     """One table per machine class with a known-good set and per library (axis), in reading order.
 
     `group` maps a row's scenario to the table's row (a suite's test group); by default each scenario is a row.
+    `transitions`: the answers to mark, when stored ones are at hand (default: `found`'s, attributed now).
     """
     by_id = _cells_by_id(found.cells)
     tables = []
@@ -189,5 +193,5 @@ def support_tables(found: Answer, group: Callable[[str], str] | None = None) -> 
                 for facts, rows in mine
                 if library in _values(facts) and all(_values(facts).get(a) == v for a, v in good.items() if a != library)
             ]
-            tables.append(_table(known, library, line, found, group or (lambda s: s)))
+            tables.append(_table(known, library, line, found, group or (lambda s: s), transitions))
     return tables

@@ -196,11 +196,21 @@ def _runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     )
 
 
+def _is_suite(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """More tests than the summary's grid lists one by one: rows are then test files (heatmap) and groups (tables)."""
+    names = {str(r["scenario"]) for r in rows}
+    return len(names) > GRID_ROWS and any("::" in n for n in names)
+
+
+def _file_of(test: str) -> str:
+    return test.split("::", 1)[0]
+
+
 def site_of(found: Answer, source: str) -> Site:
     """What the page shows for the answered rows of one results file (`source` names it)."""
     rows = found.rows
-    suite = len({str(r["scenario"]) for r in rows}) > GRID_ROWS and any("::" in str(r["scenario"]) for r in rows)
-    group = (lambda s: s.split("::", 1)[0]) if suite else None
+    suite = _is_suite(rows)
+    group = _file_of if suite else None
     names, columns, words = heatmap.from_rows(rows, group)
     edges = heatmap.edges_of(found.to_rows(""), group)
     spec = heatmap.layout(names, columns, words, edges, heatmap.busiest_axis(edges, heatmap.varying(columns)), width=WIDTH)
@@ -230,6 +240,17 @@ def site_of(found: Answer, source: str) -> Site:
 def read_site(store: Any, source: str = "") -> Site:
     """`site_of` a results file's every outcome (`harness summary`'s read); the dashboard calls it through `common.query`."""
     return site_of(answer(store), source or Path(str(getattr(store, "path", "results"))).name)
+
+
+def support_of(store: Any) -> tuple[tuple[SupportTable, ...], str]:
+    """The dashboard's Support page: (the support tables, what a row is). The answers to mark are those
+    `harness attribute` stored, while current: attributing 100,000 outcomes again takes ~10 s."""
+    from harness.storage import queries  # DuckDB: only where a results file is read
+
+    found = answer(store)
+    stored = [Transition.from_dict(r) for r in queries.transitions(store, "")] if queries.answers_current(store) else None
+    suite = _is_suite(found.rows)
+    return tuple(support_tables(found, group_of if suite else None, stored)), "test group" if suite else "scenario"
 
 
 # -- the page ------------------------------------------------------------------------------------------

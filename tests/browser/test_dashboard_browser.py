@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-PAGES = [("/", "Matrix"), ("/failures", "Failures"), ("/cell", "Cell"), ("/compare", "Compare"), ("/pin", "Pin")]
+PAGES = [("/", "Matrix"), ("/failures", "Failures"), ("/cell", "Cell"), ("/compare", "Compare"), ("/pin", "Pin"), ("/support", "Support")]
 PIN_SCENARIO = "gemma4_lora_inner_linear"  # passes in every cell of the default sweep
 
 
@@ -44,8 +44,10 @@ def test_every_page_loads_and_names_its_data(page: Any, screenshots: Path, path:
     assert seconds < 30, f"{title} took {seconds:.1f} s to load"
 
 
-def test_clicking_a_matrix_cell_opens_that_cell(page: Any, screenshots: Path) -> None:
+def test_clicking_a_matrix_table_cell_opens_that_cell(page: Any, screenshots: Path) -> None:
     open_page(page, "/", "Matrix")
+    page.get_by_text("Table: one row per cell").click()  # the old table, under the heatmap
+    settle(page)
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.wait_for()
     # The grid is a canvas; its accessible mirror holds the text of each cell (column 0 = torch).

@@ -235,3 +235,15 @@ def test_the_spec_has_every_row_and_square_and_fits_its_width() -> None:
     assert len(spec["datasets"]["heat"]) == 8 and heat["width"] <= 500 - heatmap.label_width(["a_long_scenario_name"])
     strips = {d["a"] for d in spec["datasets"]["strips"]}
     assert strips == {"tf", "acc"}  # one strip per library that varies
+
+
+def test_the_support_page_marks_the_stored_answers_as_attribution_would_now() -> None:
+    from harness.commands.answer import answer
+    from harness.commands.publish import support_of
+    from harness.storage.store import Store
+
+    with Store(SHIPPED, read_only=True) as store:
+        tables, rows_are = support_of(store)  # the answers `harness attribute` stored: current in the shipped file
+        fresh = support_tables(answer(store))
+    assert rows_are == "scenario" and tables == tuple(fresh)
+    assert sum(t.marked for t in tables) == 4  # cpu: transformers 5.11.0 and 5.23.0; each H200 class: accelerate 1.14.0
