@@ -339,6 +339,16 @@ def held_text(held: Iterable[tuple[str, str]]) -> str:
 
 
 # -- the walk --------------------------------------------------------------------------------
+def _first_seen(rows: Iterable[Mapping[str, Any]], combo: Mapping[str, Point], first_seen: dict[tuple[str, Point], str]) -> None:
+    """When each git or path candidate of a cell first ran, from its rows (a datetime, or ISO text)."""
+    for row in rows:
+        when = str(row.get("started_at") or "").replace("T", " ")
+        if when:
+            for axis, point in combo.items():
+                if point.release is None and when < first_seen.get((axis, point), "~"):
+                    first_seen[(axis, point)] = when
+
+
 def attribute(
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -384,11 +394,8 @@ def attribute(
                 if cell is None:
                     cell = by_kid[kid] = _Cell(dict(combos[kid]), machines_of[kid])
                 cell.rows.append(row)
-            when = str(row.get("started_at") or "").replace("T", " ") if sources[kid] else ""  # a datetime, or ISO text
-            if when:
-                for axis, point in combos[kid].items():
-                    if point.release is None and when < first_seen.get((axis, point), "~"):
-                        first_seen[(axis, point)] = when
+        if sources[kid]:
+            _first_seen(group, combos[kid], first_seen)
 
     known = _known_releases(combos, known_versions or {})
     blind = frozenset(unlisted)

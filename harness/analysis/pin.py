@@ -795,10 +795,6 @@ def drop_order(cells: Sequence[_Cell], passing: Sequence[str]) -> list[str]:
     for k, good in enumerate(ok):
         for s in wanted - good:
             missed_in[s].append(k)
-    ran_in: dict[str, list[int]] = defaultdict(list)
-    for k, cell in enumerate(cells):
-        for s in wanted & cell.rows.keys():
-            ran_in[s].append(k)
     count = {s: len(ks) for s, ks in missed_in.items()}
     heap = [(-n, rank[s], s) for s, n in count.items() if n]
     heapq.heapify(heap)
@@ -811,7 +807,7 @@ def drop_order(cells: Sequence[_Cell], passing: Sequence[str]) -> list[str]:
         dropped.append(worst)
         for k in missed_in[worst]:
             misses[k] -= 1
-        for k in ran_in[worst]:
+        for k in (k for k, cell in enumerate(cells) if worst in cell.rows):  # the cells it ran in: a few drops, 400,000 outcomes
             with_rows[k] -= 1
             if not with_rows[k]:  # no outcome of a wanted scenario left: no longer a candidate
                 for s in wanted - ok[k]:

@@ -29,6 +29,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -85,6 +86,8 @@ def hang(text: Text, width: int, by: int = HANG) -> list[Text]:
     """`text`'s lines, each within `width` cells: a longer one broken at its last space that fits
     (mid-word where none does), its continuation lines indented `by` more than its own start
     (at most half the width)."""
+    if "\n" not in text.plain:  # most lines: no copy of the text to split
+        return _hang_line(text, width, by)
     lines: list[Text] = []
     for line in text.split("\n", allow_blank=True):
         lines += _hang_line(line, width, by)
@@ -114,7 +117,7 @@ def _hang_spans(plain: str, width: int, lead: int, room_after: int) -> list[tupl
     """(start, end) of each piece of `plain` that `_hang_line` prints: the first within `width`,
     the others within `room_after`; each broken at the last space that fits (mid-word where none
     does), the spaces at a break dropped."""
-    narrow = plain.isascii()  # one cell per character: no width to add up
+    narrow = plain.isascii() or all(cell_len(c) == 1 for c in set(plain))  # one cell per character: no width to add up
     spans: list[tuple[int, int]] = []
     start, floor, room = 0, lead, width  # the first line keeps its own indent: no break inside it
     while start < len(plain):
@@ -143,7 +146,8 @@ def _fits(plain: str, start: int, room: int) -> int:
 
 def _say_all(console: Console, markups: Sequence[str]) -> None:
     """`_say` of each, in one print: the same text."""
-    fitted = [part for markup in markups for part in hang(_text(console, markup), console.width)]
+    width = console.width  # asked once: rich measures the terminal each time
+    fitted = [part for markup in markups for part in hang(_text(console, markup), width)]
     if fitted:
         emit(console, fitted)
 
@@ -160,11 +164,13 @@ def _text(console: Console, markup: str) -> Text:
 
 def emit(console: Console, lines: Sequence[Text]) -> None:
     """Print lines already fitted to the width, as they are. Without colours (a pipe, a file,
-    `NO_COLOR`) rich prints each line's plain text: here as one unstyled text, as rich's layout
-    of a suite's thousands of styled pieces took seconds."""
+    `NO_COLOR`) rich prints each line's plain text: here handed to it as one segment per line,
+    as rich's layout of a suite's thousands of styled pieces took seconds (and one text of them
+    all, minutes: rich splits it line by line, copying the rest each time)."""
     if console.color_system is None:
-        text = Text("\n".join(line.plain for line in lines))  # one unstyled text: the same characters
-        console.print(text, no_wrap=True, overflow="ignore", highlight=False)
+        plain = [line.plain for line in lines]
+        fits = all(text.isascii() and len(text) <= console.width for text in plain)  # else rich crops, as before
+        console.print(Segments([Segment(text + "\n") for text in plain]), end="", crop=not fits)
         return
     console.print(Text("\n").join(lines), no_wrap=True, overflow="ignore")
 
@@ -550,7 +556,8 @@ def _transition_lines(groups: Mapping[tuple[str, str], Sequence[Transition]], co
             colour = "red" if t.kind == "introduced" else "green"
             lines.append(f"  [{colour}]{escape(t.headline())}[/] — {escape(t.conditions())}")
     # each line on its own, unhighlighted: one 13,695-line text through the highlighter took 5 s
-    emit(console, [part for line in lines for part in hang(console.render_str(line, highlight=False), console.width)])
+    width = console.width  # asked once: rich measures the terminal each time
+    emit(console, [part for line in lines for part in hang(console.render_str(line, highlight=False), width)])
 
 
 def render_transitions(
