@@ -94,6 +94,21 @@ def hang(text: Text, width: int, by: int = HANG) -> list[Text]:
     return lines
 
 
+def hang_plain(text: str, width: int, by: int = HANG) -> list[str]:
+    """`hang` of unstyled text: the same lines, without a rich Text made for each."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if cell_len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        pad = min(lead + by, width // 2)
+        for k, (start, cut) in enumerate(_hang_spans(line, width, lead, width - pad)):
+            piece = line[start:cut].rstrip()
+            out.append(" " * pad + piece if k else piece)
+    return out
+
+
 def _hang_line(line: Text, width: int, by: int) -> list[Text]:
     plain = line.plain
     if cell_len(plain) <= width:
@@ -163,16 +178,20 @@ def _text(console: Console, markup: str) -> Text:
 
 
 def emit(console: Console, lines: Sequence[Text]) -> None:
-    """Print lines already fitted to the width, as they are. Without colours (a pipe, a file,
+    """Print lines already fitted to the width, as they are (`emit_plain` where no colour shows)."""
+    if console.color_system is None:
+        emit_plain(console, [line.plain for line in lines])
+        return
+    console.print(Text("\n").join(lines), no_wrap=True, overflow="ignore")
+
+
+def emit_plain(console: Console, lines: Sequence[str]) -> None:
+    """Print unstyled lines already fitted to the width. Without colours (a pipe, a file,
     `NO_COLOR`) rich prints each line's plain text: here handed to it as one segment per line,
     as rich's layout of a suite's thousands of styled pieces took seconds (and one text of them
     all, minutes: rich splits it line by line, copying the rest each time)."""
-    if console.color_system is None:
-        plain = [line.plain for line in lines]
-        fits = all(text.isascii() and len(text) <= console.width for text in plain)  # else rich crops, as before
-        console.print(Segments([Segment(text + "\n") for text in plain]), end="", crop=not fits)
-        return
-    console.print(Text("\n").join(lines), no_wrap=True, overflow="ignore")
+    fits = all(text.isascii() and len(text) <= console.width for text in lines)  # else rich crops, as before
+    console.print(Segments([Segment(text + "\n") for text in lines]), end="", crop=not fits)
 
 
 def _grid_blocks(name_width: int, mark_widths: Sequence[int], width: int) -> tuple[int, list[range]]:
@@ -547,17 +566,24 @@ def _transition_lines(groups: Mapping[tuple[str, str], Sequence[Transition]], co
     """Each (scenario, signature) as a line, then each of its transitions as a line under it.
 
     A table per group laid out by rich took 8 s for 1,585 groups (a 20,000-test suite); these
-    lines fit the width as every line of the summary does (`hang`).
+    lines fit the width as every line of the summary does (`hang`). Names are printed as they
+    are (no emoji codes read in them). Where no colour shows, the lines are made as plain text:
+    reading 30,000 lines of markup took a second.
     """
+    plain = console.color_system is None
     lines = []
     for (scenario, signature), items in groups.items():
-        lines.append(f"[bold]{escape(scenario)}[/]: {escape(signature)}")
+        lines.append(f"{scenario}: {signature}" if plain else f"[bold]{escape(scenario)}[/]: {escape(signature)}")
         for t in items:
             colour = "red" if t.kind == "introduced" else "green"
-            lines.append(f"  [{colour}]{escape(t.headline())}[/] — {escape(t.conditions())}")
-    # each line on its own, unhighlighted: one 13,695-line text through the highlighter took 5 s
+            headline, conditions = t.headline(), t.conditions()
+            lines.append(f"  {headline} — {conditions}" if plain else f"  [{colour}]{escape(headline)}[/] — {escape(conditions)}")
     width = console.width  # asked once: rich measures the terminal each time
-    emit(console, [part for line in lines for part in hang(console.render_str(line, highlight=False), width)])
+    if plain:
+        emit_plain(console, [piece for line in lines for piece in hang_plain(line, width)])
+        return
+    # each line on its own, unhighlighted: one 13,695-line text through the highlighter took 5 s
+    emit(console, [part for line in lines for part in hang(console.render_str(line, highlight=False, emoji=False), width)])
 
 
 def render_transitions(
