@@ -24,6 +24,7 @@ from __future__ import annotations
 import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from rich.cells import cell_len
@@ -79,6 +80,9 @@ GRID_ROWS = 60
 HANG = 4
 #: The grid's scenario names: at most this wide, and no narrower than MIN_NAME before cells move to another block.
 NAME_WIDTH, MIN_NAME = 40, 16
+
+
+_CELL_ID, _SCENARIO, _STATUS = itemgetter("cell_id"), itemgetter("scenario"), itemgetter("status")
 
 
 # -- fitting the width -------------------------------------------------------------------------
@@ -265,17 +269,20 @@ def render(
 ) -> None:
     """The summary of `rows` (a run's, probes of refinement included; the grid shows the matrix's cells),
     with their answers: `attribution` and `known_good` as `answering.answer` computed them (see `render_answer`)."""
-    grid_rows = [r for r in rows if r.get("origin", "matrix") != "refine"] or list(rows)
-    probes = len({r["cell_id"] for r in rows if r.get("origin") == "refine"})
+    # The passes over every row below are C loops (`map` of an itemgetter) where they can be:
+    # a suite's summary reads 400,000 rows a dozen times.
+    refine = [r for r in rows if r.get("origin") == "refine"]
+    grid_rows = ([r for r in rows if r.get("origin", "matrix") != "refine"] if refine else None) or rows
+    probes = len(set(map(_CELL_ID, refine)))
     if machines is None:
         machines = sorted({m.label() for m in {machine_of(r) for r in rows}} - {""})  # labels once per machine
-    cells = len({r["cell_id"] for r in grid_rows})
-    scenarios = len({r["scenario"] for r in grid_rows})
+    cells = len(set(map(_CELL_ID, grid_rows)))
+    scenarios = len(set(map(_SCENARIO, grid_rows)))
     head = f"{title}: " if title else ""
     where = f" on {'; '.join(machines)}" if machines else ""
     extra = f" (+{probes} refinement probe cell(s))" if probes else ""
     _say(console, f"[bold]{escape(head)}{cells} cell(s) × {scenarios} scenario(s){escape(where)}{extra}[/]")
-    totals = Counter(r["status"] for r in rows)
+    totals = Counter(map(_STATUS, rows))
     _say(console, "  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
     if wide:
         render_wide(grid_rows, console)
@@ -445,7 +452,7 @@ def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
     """Scenarios × cells in one or two characters each, with a legend; scenarios that never ran here on one line."""
     words = cell_statuses(rows)
     label, legend, shared = _labels(rows)
-    scenarios = sorted({r["scenario"] for r in rows})
+    scenarios = sorted(set(map(_SCENARIO, rows)))
     # a cell's word is not_applicable only when every outcome there was (`status.fold`)
     applicable = {r["scenario"] for r in rows if r["status"] not in (Status.NOT_APPLICABLE, "")}
     ran = [s for s in scenarios if s in applicable]
