@@ -24,6 +24,7 @@ from harness.analysis.pin import (
     Constraints,
     PinResult,
     Sources,
+    admitted_cells,
     choose,
     find_machine,
     machine_classes,
@@ -32,7 +33,7 @@ from harness.analysis.pin import (
     select_tests,
     with_evidence,
 )
-from harness.analysis.rows import CellFacts, cell_facts, group_of, machine_class
+from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
 from harness.analysis.status import Status
 from harness.commands.answer import answer
 from harness.errors import BadInput
@@ -76,11 +77,16 @@ def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str],
 
 
 def resolve_machine(
-    rows: Sequence[Mapping[str, Any]], db: str, wanted: str, constraints: Constraints, classes: Sequence[str] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    db: str,
+    wanted: str,
+    constraints: Constraints,
+    classes: Sequence[str] | None = None,
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
 ) -> str:
     """The machine class a pin chooses over: `--machine` as given, else the newest run's (among the
     runs `--gpu` and `--platform` admit); "" pools every machine (`--machine any`, or rows with no host).
-    classes: the rows' machine classes, when known (`Answer.machine_classes`)."""
+    classes: the rows' machine classes, when known (`Answer.machine_classes`); cells: the rows by cell."""
     classes = machine_classes(rows) if classes is None else classes
     if wanted.strip():
         found = find_machine(wanted, classes)
@@ -88,11 +94,16 @@ def resolve_machine(
             named = ", ".join(classes) or "(none)"
             raise BadInput(f"--machine {wanted!r} is not a machine class of {db!r}; classes: {named}, or {ANY_MACHINE} for all pooled")
         return "" if found == ANY_MACHINE else found
-    return newest_machine([r for r in rows if constraints.admits_row(r)])
+    return newest_machine(rows, admitted_cells(cells if cells is not None else by_cell(rows), constraints))
 
 
 def chosen_scenarios(
-    rows: Sequence[Mapping[str, Any]], db: str, scenarios: Sequence[str], tests: Sequence[str], machine: str
+    rows: Sequence[Mapping[str, Any]],
+    db: str,
+    scenarios: Sequence[str],
+    tests: Sequence[str],
+    machine: str,
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(what must pass, the selected tests left out because they never ran on `machine`).
 
@@ -117,7 +128,8 @@ def chosen_scenarios(
             f"--test {', '.join(map(repr, empty))} selects no stored test in {db!r}; "
             + (f"stored test files: {_quoted(files)}" if files else f"it holds no test node ids; scenarios: {_quoted(stored)}")
         )
-    here = [r for r in rows if not machine or cell_facts(r).machine_class == machine]
+    by_cells = cells if cells is not None else by_cell(rows)
+    here = [r for facts, group in by_cells.items() if not machine or facts.machine_class == machine for r in group]
     where = f"machine {machine}" if machine else "any machine"
     ran = {str(r["scenario"]) for r in here if r["status"] != Status.NOT_APPLICABLE}
     idle = [s for s in scenarios if s not in ran]
@@ -297,9 +309,9 @@ def pin_file(
     if marker:
         tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
     ranking = check_request(rows, str(db), scenarios, constraints, rank, found.cells)
-    constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes))
-    wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine)
-    result = replace(choose(rows, wanted, constraints, ranking), selection=selection, left_out=tuple(left_out))
+    constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes, found.cells))
+    wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine, found.cells)
+    result = replace(choose(rows, wanted, constraints, ranking, found.cells), selection=selection, left_out=tuple(left_out))
     if not result.found:
         return result, None, Sources()
     sources = sources_of(result, runs)
