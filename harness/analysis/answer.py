@@ -78,7 +78,7 @@ class Answer:
         if self.about is None:
             return attribute(self.rows, known_versions=self.releases, unlisted=self.unlisted, cells=self.cells)
         # A gap on one line may be tested on another: every version the read ran is known.
-        seen = seen_versions(self.rows)
+        seen = seen_versions(self.rows, self.cells)  # the cells read already
         known = {axis: [*seen.get(axis, []), *self.releases.get(axis, [])] for axis in {*seen, *self.releases}}
         return attribute(self.about, known_versions=known, unlisted=self.unlisted)
 

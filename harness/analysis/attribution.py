@@ -635,10 +635,11 @@ def _all_but(cell: _Cell, axis: str) -> tuple[frozenset[str], str, tuple[tuple[s
     return frozenset(cell.points), axis, tuple(sorted((a, p) for a, p in cell.points.items() if a != axis))
 
 
-def seen_versions(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """axis -> every value the rows' cells used: pass it as `known_versions` when attributing a subset."""
+def seen_versions(rows: Iterable[Mapping[str, Any]], cells: Iterable[CellFacts] | None = None) -> dict[str, list[str]]:
+    """axis -> every value the rows' cells used: pass it as `known_versions` when attributing a subset.
+    cells: the rows' cells (`by_cell`'s keys), when the caller has them."""
     seen: dict[str, set[str]] = defaultdict(set)
-    for facts in {cell_facts(row) for row in rows}:  # once per cell
+    for facts in set(cells) if cells is not None else {cell_facts(row) for row in rows}:  # once per cell
         for axis, point in facts.points.items():
             seen[axis].add(point.value)
     return {axis: sorted(values) for axis, values in seen.items()}

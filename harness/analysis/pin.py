@@ -729,7 +729,9 @@ def _nothing_passes(base: PinResult, cells: list[_Cell], verdicts: Mapping[int, 
 
 
 def choose_for_passing(
-    rows: Sequence[Mapping[str, Any]], constraints: Constraints | None = None
+    rows: Sequence[Mapping[str, Any]],
+    constraints: Constraints | None = None,
+    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
 ) -> tuple[PinResult, list[str], list[str]] | None:
     """The known-good set of one machine's rows: the newest cell passing every scenario that passes somewhere.
 
@@ -738,6 +740,8 @@ def choose_for_passing(
     or None when nothing passes anywhere. `known_good_sets` asks it once per machine class, for
     the summary, `harness watch`, reports and the dashboard.
     """
+    if cells is not None and constraints is None:  # `rows` by cell, when the caller has them: every row admitted
+        return _choose_for_passing(cells, Constraints())
     return _choose_for_passing(by_cell(_admitted(rows, constraints)), constraints or Constraints())
 
 

@@ -52,8 +52,19 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
-from harness.analysis.pin import PinResult, choose_for_passing, machine_classes
-from harness.analysis.rows import axis_sort, cell_facts, group_of, machine_class, machine_of, points, requested, signature_of
+from harness.analysis.pin import PinResult, choose_for_passing
+from harness.analysis.rows import (
+    CellFacts,
+    axis_sort,
+    by_cell,
+    cell_facts,
+    group_of,
+    machine_class,
+    machine_of,
+    points,
+    requested,
+    signature_of,
+)
 from harness.analysis.status import FAILURES, Status, fold_statuses
 from harness.analysis.versions import release
 
@@ -131,7 +142,8 @@ def on_machine(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[s
 
 def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
     """The known-good set of `rows` (one machine's), or None when no scenario passes anywhere."""
-    chosen = choose_for_passing(rows)
+    groups = by_cell(rows)  # once, for the choice and the machine classes
+    chosen = choose_for_passing(rows, cells=groups)
     if chosen is None:
         return None
     result, wanted, dropped = chosen
@@ -147,7 +159,7 @@ def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
         (s, _common_signature(found)) for s, found in sorted(by_scenario.items()) if any(r["status"] in FAILURES for r in found)
     )
     labels = tuple((a, point.label()) for a, point in sorted(points(mine[0]).items()))
-    classes = machine_classes(rows)
+    classes = sorted({facts.machine_class for facts in groups} - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`
     named = classes[0] if len(classes) == 1 else ""
     return KnownGood(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels, named)
 
@@ -227,7 +239,16 @@ def axis_sorted(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def rows_of(target: Target, rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The stored outcomes of the target's cell (rows whose requested versions are the target's)."""
     wanted = dict(target.requested)
-    return [r for r in rows if requested(r) == wanted]
+    matches: dict[CellFacts, bool] = {}  # decided once per cell, not by a dict made for each of 400,000 rows
+    found = []
+    for row in rows:
+        facts = cell_facts(row)
+        ok = matches.get(facts)
+        if ok is None:
+            ok = matches[facts] = dict(facts.requested) == wanted
+        if ok:
+            found.append(row)
+    return found
 
 
 # -- 5. what the outcomes say ------------------------------------------------------------------------
