@@ -34,6 +34,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def decide(path: str) -> int:
     """watch's decision over one results file, with whichever harness is on sys.path."""
+
+    try:  # `harness watch` decides under the CLI's pace of the cycle collector, where the tree has one
+        from harness.cli import paced_collector
+    except ImportError:
+        return _decide(path)
+    with paced_collector():
+        return _decide(path)
+
+
+def _decide(path: str) -> int:
     from harness.analysis import attribution, watch
     from harness.storage import queries
     from harness.storage.opening import open_results

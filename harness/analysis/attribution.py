@@ -31,6 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -556,7 +557,13 @@ def not_built(before: Point, after: Point, tried: Sequence[Point], known: Sequen
 
 def _public(point: Point) -> Version | None:
     # 2.13.0 and 2.13.0+cpu are one release on the index: compare public versions
-    return Version(point.release.public) if point.release is not None else None
+    return _public_release(point.release) if point.release is not None else None
+
+
+@lru_cache(maxsize=4096)
+def _public_release(version: Version) -> Version:
+    """A release's public version, worked out once: a suite's 13,695 transitions ask for the same few hundred."""
+    return Version(version.public)
 
 
 def _known_releases(combos: Iterable[Mapping[str, Point]], given: Mapping[str, Iterable[str]]) -> dict[str, list[Version]]:
