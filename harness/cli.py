@@ -287,6 +287,13 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     if timed and shards:
         longest, mean = max(s.expected or 0.0 for s in shards), sum(s.expected or 0.0 for s in shards) / len(shards)
         print(f"harness: longest shard {longest:.1f} s, {longest / mean if mean else 1.0:.2f}x the mean {mean:.1f} s", file=sys.stderr)
+        if args.keyword or args.marker:
+            # the plan does not collect: a cell weighs every test stored for it, not only what -k/-m selects
+            print(
+                "harness: the expected seconds count every stored test of each cell, not only those -k/-m select "
+                "(the tests are cut after collection, exactly); for seconds of the selection, pass --durations a file of it",
+                file=sys.stderr,
+            )
     if args.format == "github-actions":
         include = []
         for shard in shards:
