@@ -52,9 +52,12 @@ NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 #: Modules the harness knows to initialise CUDA at import, comma-separated (see `_importers_of`).
 CULPRITS_ENV = "HARNESS_CUDA_CULPRITS"
 LIFELINE_ENV = "HARNESS_LIFELINE_FD"
+PRELOAD_LOG_ENV = "HARNESS_PRELOAD_LOG"
 ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"
 #: Exit code of a process forked from a zygote that refused a cell (its files differ).
 REFUSED = 3
+#: torch's top-level modules (zygote.TORCH_TOPS; this file imports nothing of the harness).
+TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
 
 _lifeline: int | None = None  # read end of the harness's lifeline pipe, if it gave one
 _running: int | None = None  # the scenario process this server waits for, if any
@@ -573,6 +576,16 @@ def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _log_preload(who: str, report: dict[str, Any]) -> None:
+    """For measurements (docs/benchmarks.md): each preload's seconds per entry, one JSON line
+    appended to the file HARNESS_PRELOAD_LOG names (the sweep's timing line sums them)."""
+    path = os.environ.get(PRELOAD_LOG_ENV)
+    if path:
+        line = {"who": who, "prefix": sys.prefix, "seconds": report["seconds"], "cuda_culprits": report["cuda_culprits"]}
+        with open(path, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+
 def _entries(args: list[str]) -> list[dict[str, Any]]:
     """`MODULE ...` and `--preload-file JSON` (a list of entries) -> preload entries."""
     entries: list[dict[str, Any]] = []
@@ -586,7 +599,7 @@ def _entries(args: list[str]) -> list[dict[str, Any]]:
     return entries
 
 
-def serve(preload: list[dict[str, Any]]) -> int:
+def serve(preload: list[dict[str, Any]], loaded_file: str | None = None) -> int:
     global _running
     # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
     # library prints while importing (C level included) cannot corrupt the protocol.
@@ -594,6 +607,12 @@ def serve(preload: list[dict[str, Any]]) -> int:
     os.dup2(2, 1)
     with _guarded():
         report = _preload(preload)
+    _log_preload("server", report)
+    if loaded_file and not report["cuda_culprits"]:
+        # Forked from a zygote: the torch modules this cell's imports pulled in, none of which
+        # made fork unusable (the probes above said so). The pool has the zygote import them
+        # before it forks the next cell of this torch build, once instead of once per server.
+        _write_json(loaded_file, {"modules": [m for m in list(sys.modules) if m.partition(".")[0] in TORCH_TOPS]})
     answer.write(json.dumps(report) + "\n")
     answer.flush()
     for request in _requests(0):
@@ -739,6 +758,17 @@ def zygote(config_path: str) -> int:
         if not message:
             return 0  # the harness closed its end: no more cells
         request = json.loads(message)
+        seconds = 0.0
+        if request.get("extra"):
+            before = len(sys.modules)
+            problem, seconds = _import_extra(request["extra"], config.get("forbid", []))
+            if problem:  # this process is of no use to fork from any more: the pool starts another
+                for fd in fds:
+                    os.close(fd)
+                sock.send(json.dumps({"unusable": problem}).encode())
+                return 0
+            if len(sys.modules) != before:
+                identity = _identity()  # the new modules' distributions must be byte-identical too
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -748,7 +778,43 @@ def zygote(config_path: str) -> int:
             _become_server(request["request"], fds, identity)
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
+        sock.send(json.dumps({"pid": pid, "extra_seconds": seconds}).encode())
+
+
+def _import_extra(path: str, forbid: list[str]) -> tuple[str, float]:
+    """Import the torch modules listed in the file at `path` that are not loaded yet (a server
+    of this torch build loaded them, or a cell learned them), checked as the preload is: under
+    NVML's CUDA check, with the driver calls watched and a forked probe after. Returns why this
+    process can no longer fork cells ("" if it can) and the seconds it took."""
+    started = time.monotonic()
+    with open(path) as fh:
+        wanted = [m for m in json.load(fh) if m not in sys.modules and m.partition(".")[0] in TORCH_TOPS]
+    if not wanted:
+        return "", 0.0
+    tops = {name.partition(".")[0] for name in sys.modules}
+    shared = "torch (shared by the servers)"
+    # The probe and the lifeline's watcher are waited for: children are not reaped by the
+    # kernel meanwhile (servers that end now are reaped below).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        with _guarded():
+            report = _preload([{"name": shared, "modules": wanted}])
+            _log_preload("zygote", report)
+            culprits = ", ".join(c for c in report["cuda_culprits"] if c != shared)  # by the watch; else unnamed
+            problem = f"torch modules it imported for the servers made fork unusable ({culprits or 'by the probe'})"
+            problem = problem if report["cuda_culprits"] else ""
+            # a library under test can only have come with a new top-level package (listing
+            # every installed distribution's packages takes a second or two)
+            new_tops = {name.partition(".")[0] for name in sys.modules} - tops
+            leaked = "" if problem or not new_tops else ", ".join(_leaked(forbid))
+    finally:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+    if leaked:
+        problem = f"a torch module loaded a library under test ({leaked})"
+    return problem, time.monotonic() - started
 
 
 def _become_server(request_path: str, fds: list[int], identity: dict[str, Any]) -> None:
@@ -767,7 +833,7 @@ def _become_server(request_path: str, fds: list[int], identity: dict[str, Any]) 
             os.write(1, (json.dumps({"refused": problem}) + "\n").encode())
             code = REFUSED
         else:
-            code = serve(request["preload"])
+            code = serve(request["preload"], request.get("loaded_file"))
     except BaseException:
         traceback.print_exc()
     finally:

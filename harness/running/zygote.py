@@ -9,6 +9,10 @@ loaded module's paths onto the cell's env, and imports the cell's own libraries.
 files differ is refused; the pool then starts a zygote from that cell (a few per torch build
 at most), and past that the cell gets a plain fork server, as without zygotes.
 
+The torch modules a forked server goes on to import (transformers pulls in torch.distributed,
+torch._dynamo, ...; a learned `torch.*` group) are the same for every cell of the build, so the
+zygote imports them too, checked as its preload, before it forks the next server.
+
 Zygotes are keyed by what a fresh interpreter would make different before any import: the
 interpreter binary, the torch distribution it would import (RECORD hash), the environment
 variables (OMP_NUM_THREADS and the like are read by torch at import) and the preload. Design
@@ -47,6 +51,9 @@ START_TIMEOUT = 600.0
 MAX_PER_KEY = 3
 #: Environment variables that differ per cell by design (activation) and do not enter the key.
 PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV")
+#: "0" keeps the torch modules the servers import out of the zygote (each server imports them
+#: itself, as before): the baseline of the measurements in docs/benchmarks.md.
+SHARE_TORCH_ENV = "HARNESS_ZYGOTE_SHARE_TORCH"
 
 
 class Client(Protocol):
@@ -116,19 +123,22 @@ class Zygote:
     dists: list[str] = field(default_factory=list)  # the distributions a cell must have byte for byte
     cuda_culprits: list[str] = field(default_factory=list)  # entries dropped: they made fork unusable
     refused: set[str] = field(default_factory=set)  # interpreters (cells) it refused
+    shared: set[str] = field(default_factory=set)  # torch modules sent to it to import before a fork
     proc: subprocess.Popen[bytes] | None = None
     sock: socket.socket | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def fork(self, request: Path, log: Path) -> ForkedServer:
-        """Fork a server for the cell described in `request`; its stderr goes to `log`."""
+    def fork(self, request: Path, log: Path, extra: Path | None = None) -> tuple[ForkedServer, float]:
+        """Fork a server for the cell described in `request`; its stderr goes to `log`. `extra`:
+        a file of torch modules to import first. Returns the server and the seconds they took."""
         assert self.sock is not None
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        message = {"request": str(request), **({"extra": str(extra)} if extra else {})}
         try:
             with self.lock:  # one request at a time: the reply names the pid of this fork
-                socket.send_fds(self.sock, [json.dumps({"request": str(request)}).encode()], [stdin_r, stdout_w, log_fd])
+                socket.send_fds(self.sock, [json.dumps(message).encode()], [stdin_r, stdout_w, log_fd])
                 reply = self.sock.recv(4096)
         except OSError:
             os.close(stdin_w)
@@ -137,11 +147,12 @@ class Zygote:
         finally:
             for fd in (stdin_r, stdout_w, log_fd):
                 os.close(fd)
-        if not reply:
+        answer = json.loads(reply) if reply else {"unusable": "the zygote is gone"}
+        if "pid" not in answer:
             os.close(stdin_w)
             os.close(stdout_r)
-            raise OSError("the zygote is gone")
-        return ForkedServer(int(json.loads(reply)["pid"]), stdin_w, stdout_r)
+            raise OSError(str(answer.get("unusable")))
+        return ForkedServer(int(answer["pid"]), stdin_w, stdout_r), float(answer.get("extra_seconds", 0.0))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.sock is not None
@@ -182,6 +193,12 @@ class ZygotePool:
         self._broken: dict[str, str] = {}  # key -> why no zygote serves it
         self._starting: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        #: Per key, the files in which servers forked for it list the torch modules they loaded;
+        #: and what those listed, read so far. The key's zygotes import them before the next fork.
+        self.share_torch = os.environ.get(SHARE_TORCH_ENV, "1") != "0"
+        self._loaded_files: dict[str, list[Path]] = {}
+        self._torch_seen: dict[str, dict[str, None]] = {}
+        self._unshared: dict[str, str] = {}  # key -> why its zygotes import no more of torch
         self.stats = ZygoteStats()
         self._closed = False
 
@@ -205,6 +222,11 @@ class ZygotePool:
         # What made the zygote's fork unusable would make this server's too: not even tried.
         runner.entries = [e for e in runner.entries if e["name"] not in zygote.cuda_culprits]
         request = runner.tmp / "zygote-request.json"
+        # the pool's folder, not the runner's: it is read at a later fork, maybe after the runner closed
+        fd, name = tempfile.mkstemp(prefix="torch-loaded-", suffix=".json", dir=self._tmp.name)
+        os.close(fd)
+        loaded = Path(name)
+        loaded.unlink()
         request.write_text(
             json.dumps(
                 {
@@ -213,18 +235,54 @@ class ZygotePool:
                     "cwd": str(runner.tmp),
                     "argv": argv,
                     "preload": runner.entries,
+                    **({"loaded_file": str(loaded)} if self.share_torch else {}),
                 }
             )
         )
+        extra = self._extra_for(key, zygote, runner)
         try:
-            server = zygote.fork(request, runner.tmp / "server.log")
-        except OSError:
-            zygote.close()  # it died: the next cell starts another
-            self._fallback("the zygote died")
+            server, extra_seconds = zygote.fork(request, runner.tmp / "server.log", extra)
+        except OSError as exc:
+            zygote.close()  # it died, or importing torch's shared modules made it unusable: the next cell starts another
+            if str(exc) and str(exc) != "the zygote is gone":
+                with self._lock:
+                    self._unshared[key] = str(exc)
+            self._fallback(f"the zygote died ({exc})" if str(exc) else "the zygote died")
             return None
         with self._lock:
             self.stats.forks += 1
-        return server, zygote, zygote_seconds
+            self._loaded_files.setdefault(key, []).append(loaded)
+            if extra_seconds:
+                # imported in the zygote, on this server's way: counted with the zygotes' starts
+                self.stats.seconds += extra_seconds
+                name = "torch.* (shared)"
+                self.stats.preload_seconds[name] = self.stats.preload_seconds.get(name, 0.0) + extra_seconds
+        return server, zygote, zygote_seconds + extra_seconds
+
+    def _extra_for(self, key: str, zygote: Zygote, runner: Client) -> Path | None:
+        """The file of torch modules for `zygote` to import before it forks this runner's server:
+        those earlier servers of its key loaded, and this cell's learned torch modules (`torch.*`),
+        less what it has imported already. None: nothing new, or sharing is off."""
+        if not self.share_torch:
+            return None
+        with self._lock:
+            if key in self._unshared:
+                return None
+            seen = self._torch_seen.setdefault(key, {})
+            for path in self._loaded_files.pop(key, []):
+                try:
+                    seen.update(dict.fromkeys(json.loads(path.read_text())["modules"]))
+                except (OSError, ValueError, KeyError):
+                    self._loaded_files.setdefault(key, []).append(path)  # not ready yet: read it next time
+            learned = [m for e in runner.entries if e["name"] == "torch.*" for m in e["modules"]]
+            wanted = [m for m in [*learned, *seen] if m not in zygote.shared and m.partition(".")[0] in TORCH_TOPS]
+            wanted = [m for m in dict.fromkeys(wanted) if not any(_under(m, c) for c in runner.avoid | set(zygote.cuda_culprits))]
+            if not wanted:
+                return None
+            zygote.shared.update(wanted)
+        path = runner.tmp / "zygote-extra.json"
+        path.write_text(json.dumps(wanted))
+        return path
 
     def refused(self, zygote: Zygote, runner: Client, reason: str) -> None:
         """A zygote's fork found the cell's files differ: route that cell elsewhere (the next
@@ -348,6 +406,12 @@ class ZygotePool:
         except ValueError:
             return None
         return report if isinstance(report, dict) else None
+
+
+def _under(module: str, culprit: str) -> bool:
+    """`module` is `culprit` or inside it (culprits may be learned groups such as `torch.*`)."""
+    top = culprit.removesuffix(".*")
+    return module == top or module.startswith(top + ".")
 
 
 def _is_torch_entry(entry: dict[str, Any]) -> bool:
