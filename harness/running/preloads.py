@@ -25,6 +25,9 @@ from harness.inputs.scenarios import Scenario
 from harness.running.runner import KIT_DIR
 
 IMPORTS_FILE = "harness-imports.json"
+#: "0": servers preload the matrix's `preload`, never what was learned (still stored): the
+#: comparison of docs/benchmarks.md for which learned modules are worth preloading.
+LEARNED_ENV = "HARNESS_LEARNED_PRELOAD"
 
 
 def load(location: Path) -> dict[str, dict[str, Any]]:
@@ -37,6 +40,8 @@ def load(location: Path) -> dict[str, dict[str, Any]]:
 
 def learned_preload(location: Path, scenarios: Iterable[Scenario]) -> list[str] | None:
     """The modules to preload for these scenarios in this env; None while one of them is new here."""
+    if os.environ.get(LEARNED_ENV, "1") == "0":
+        return None
     known = load(location)
     modules: dict[str, None] = {}
     for scenario in scenarios:
