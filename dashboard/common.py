@@ -27,6 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import streamlit as st
 
 from dashboard import logic
+from harness.analysis import heatmap
 from harness.errors import StoreLocked
 from harness.inputs import bundled
 from harness.running import live
@@ -334,6 +335,19 @@ def select_kept(label: str, options: Sequence[str], key: str, default: str, *, h
     value = st.selectbox(label, list(options), key=key, help=help)
     remember(key)
     return str(value)
+
+
+def select_edge_axis(axes: Sequence[str], edges: Sequence[Any]) -> str:
+    """The heatmap's library whose releases vary fastest (a release that changes an outcome then sits
+    beside the one before it); kept across pages, the library most answers are about by default."""
+    return select_kept(
+        "Changes along this library show as edges",
+        axes,
+        "m_last",
+        heatmap.busiest_axis(edges, axes),
+        help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
+        "outcome sits right beside the release before it. The default is the library most answers are about.",
+    )
 
 
 #: Past this many outcomes, answers that `harness attribute` did not store are not computed for the heatmap's marks:

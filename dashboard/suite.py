@@ -139,13 +139,7 @@ def _heatmap(files: grouping.Grid) -> None:
     columns = [_heat_column(c) for c in files.columns]
     edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns}, group=_file_of)
     axes = heatmap.varying(columns)
-    last = common.select_kept(
-        "Changes along this library show as edges",
-        axes,
-        "m_last",
-        heatmap.busiest_axis(edges, axes),
-        help="The cells are ordered by every library's version, this one varying fastest.",
-    )
+    last = common.select_edge_axis(axes, edges)
     words = {
         (column.key, str(name)): word
         for label, column in zip(files.labels, columns)

@@ -68,14 +68,7 @@ st.markdown(f"**{len(heat.columns):,}** cell(s) × **{len(heat.scenarios)}** sce
 columns = heat.columns
 edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns})
 axes = heatmap.varying(columns)
-last = common.select_kept(
-    "Changes along this library show as edges",
-    axes,
-    "m_last",
-    heatmap.busiest_axis(edges, axes),
-    help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
-    "outcome sits right beside the release before it. The default is the library most answers are about.",
-)
+last = common.select_edge_axis(axes, edges)
 spec = logic.heat_spec(heat, edges, last)
 st.caption(
     "Hover a square for its cell and outcome; click it to open the cell at that scenario. A tick on an edge (red: introduced, "
