@@ -101,6 +101,11 @@ class Site:
     rows_are: str  # "scenario" or "test file"
 
     @property
+    def counted(self) -> str:
+        """What `scenarios` counts: a suite's tests (its heatmap's rows are their files), or scenarios."""
+        return "test(s)" if self.rows_are == "test file" else "scenario(s)"
+
+    @property
     def exact(self) -> int:
         """Exact answers, counted as the summary counts lines: one per line of the matrix."""
         return sum(a.lines for a in self.answers if a.exact)
@@ -390,7 +395,7 @@ def render(site: Site) -> str:
 <body>
 <h1>Which versions work together</h1>
 <p class="meta" id="data">Data: <b>{_e(site.source)}</b> · {site.outcomes:,} outcomes · {site.cells} cell(s) ·
-{site.scenarios:,} scenario(s) ·
+{site.scenarios:,} {site.counted} ·
 on {_e(", ".join(site.machines) or "no recorded machine")} · {_e(span)} · {statuses}.
 Published by compat-harness {_e(__version__)} (<code>harness publish</code>).</p>
 <nav><a href="#matrix">Matrix</a><a href="#answers">Answers</a><a href="#known-good">Known-good sets</a>
@@ -443,7 +448,7 @@ def publish(db: Path, out: Path) -> tuple[Path, Site]:
 def summary_line(page: Path, site: Site) -> str:
     exact = sum(1 for a in site.answers if a.exact)
     return (
-        f"{page}: {site.outcomes:,} outcomes, {site.cells} cells × {site.scenarios:,} {site.rows_are}s, {len(site.answers)} answer(s) "
+        f"{page}: {site.outcomes:,} outcomes, {site.cells} cells × {site.scenarios:,} {site.counted}, {len(site.answers)} answer(s) "
         f"({exact} exact, on {site.exact} line(s)), {len(site.known_good)} known-good set(s), "
         f"{sum(1 for t in site.tables if t.built > 1)} support table(s); {page.stat().st_size / 1024:,.0f} KiB, open it in a browser"
     )

@@ -247,3 +247,17 @@ def test_the_support_page_marks_the_stored_answers_as_attribution_would_now() ->
         fresh = support_tables(answer(store))
     assert rows_are == "scenario" and tables == tuple(fresh)
     assert sum(t.marked for t in tables) == 4  # cpu: transformers 5.11.0 and 5.23.0; each H200 class: accelerate 1.14.0
+
+
+def test_a_suite_is_counted_in_tests_and_drawn_by_file(tmp_path: Path) -> None:
+    """A suite's page and line count its tests (not "test files": the heatmap's rows are the files)."""
+    db = tmp_path / "suite.duckdb"
+    made = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "make_large_store.py")]
+    subprocess.run([*made, "--tests", "300", "--cells", "4", "--out", str(db)], check=True, capture_output=True)
+    from harness.commands.publish import publish, summary_line
+
+    page, site = publish(str(db), tmp_path / "site")
+    line = summary_line(page, site)
+    assert "4 cells × 300 test(s)," in line, line
+    assert site.rows_are == "test file"
+    assert "300 test(s) ·" in page.read_text()
