@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from harness.analysis import heatmap
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
 from harness.analysis.pin import KnownGoodSet, describe_names
-from harness.analysis.rows import group_of, machine_of
+from harness.analysis.rows import CellFacts, group_of
 from harness.analysis.status import SEVERITY, Status, status_of
 from harness.analysis.support import SupportTable, support_tables
 from harness.commands.answer import answer
@@ -180,25 +180,42 @@ def _known_good(known: KnownGoodSet) -> KnownGood | None:
     )
 
 
-def _runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
+def _runs(cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]]) -> list[Run]:
+    """Each run: its machines, first and last outcome, cells and outcomes; from the rows by cell
+    (`Answer.cells`: a cell's rows are one run's), so a suite's 400,000 rows are not read one by one."""
     machines: dict[str, set[str]] = defaultdict(set)
     times: dict[str, list[str]] = defaultdict(list)
-    cells: dict[str, set[str]] = defaultdict(set)
+    ids: dict[str, set[str]] = defaultdict(set)
     outcomes: Counter[str] = Counter()
-    for row in rows:
-        run = str(row["run_id"])
-        machines[run].add(machine_of(row).label())
-        if row.get("started_at"):
-            times[run].append(str(row["started_at"])[:16])
-        cells[run].add(str(row["cell_id"]))
-        outcomes[run] += 1
+    for facts, rows in cells.items():  # a cell of `by_cell` is one (run, cell): its first row names both
+        if not rows:
+            continue
+        run = str(rows[0]["run_id"])
+        machines[run].add(facts.machine.label())
+        times[run] += _first_and_last(rows)
+        ids[run].add(str(rows[0]["cell_id"]))
+        outcomes[run] += len(rows)
     return sorted(
         (
-            Run(run, "; ".join(sorted(machines[run] - {""})), min(times[run], default=""), max(times[run], default=""), len(cells[run]), n)
+            Run(run, "; ".join(sorted(machines[run] - {""})), min(times[run], default=""), max(times[run], default=""), len(ids[run]), n)
             for run, n in outcomes.items()
         ),
         key=lambda r: (r.first, r.run_id),
     )
+
+
+def _first_and_last(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The earliest and latest start among rows, to the minute: read in C where the starts are all
+    of one comparable kind, else one by one."""
+    starts = [r.get("started_at") for r in rows]
+    present = [s for s in starts if s]
+    if not present:
+        return []
+    try:
+        return [str(min(present))[:16], str(max(present))[:16]]
+    except TypeError:  # timestamps and text mixed
+        minutes = [str(s)[:16] for s in present]
+        return [min(minutes), max(minutes)]
 
 
 def _is_suite(rows: Iterable[Mapping[str, Any]]) -> bool:
@@ -221,7 +238,7 @@ def site_of(found: Answer, source: str) -> Site:
     spec = heatmap.layout(names, columns, words, edges, heatmap.busiest_axis(edges, heatmap.varying(columns)), width=WIDTH)
     statuses = Counter(str(r["status"]) for r in rows)
     order = [s.value for s in SEVERITY]
-    runs = _runs(rows)
+    runs = _runs(found.cells)
     return Site(
         source=source,
         outcomes=len(rows),
