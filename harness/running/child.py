@@ -54,6 +54,8 @@ CULPRITS_ENV = "HARNESS_CUDA_CULPRITS"
 LIFELINE_ENV = "HARNESS_LIFELINE_FD"
 PRELOAD_LOG_ENV = "HARNESS_PRELOAD_LOG"
 ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"
+#: Where every process of a sweep keeps the bytecode of what it imports (`share_bytecode`); unset: off.
+BYTECODE_ENV = "HARNESS_BYTECODE_DIR"
 #: Exit code of a process forked from a zygote that refused a cell (its files differ).
 REFUSED = 3
 #: torch's top-level modules (zygote.TORCH_TOPS; this file imports nothing of the harness).
@@ -68,6 +70,41 @@ STATUS_BY_CLASS = {
     "MemoryError": "oom",
     "OutOfMemoryError": "oom",
 }
+
+
+def share_bytecode(root: str) -> None:
+    """Read and write the bytecode of every module this process imports from source under `root`,
+    named by the source file's identity on disk (device, inode, size, mtime), not by its path.
+
+    uv hardlinks one unpacked wheel into every env that installs it, so the envs of a sweep share
+    their source files' inodes: transformers compiled by one cell's server is read by the next
+    cell with that release, instead of compiled again in each env (uv writes no bytecode, and
+    PYTHONDONTWRITEBYTECODE, often set in images, stops Python writing any). A file copied, not
+    linked, has its own inode and simply gets its own entry. Python checks each entry against
+    its source's mtime and size as usual, and sets the code's file names to the path it
+    imported (`_fix_co_filename`), so tracebacks name the cell's own files. Sources outside any
+    env (the scenarios, the kit) are cached the same way; that is harmless.
+    """
+    import importlib._bootstrap_external as external  # the import system's own module, patched in place
+
+    if getattr(external.cache_from_source, "__harness__", False):
+        return
+    plain = external.cache_from_source
+
+    def cache_from_source(path: str, debug_override: Any = None, *, optimization: Any = None) -> str:
+        name = os.path.basename(plain(path, debug_override, optimization=optimization))
+        try:
+            st = os.stat(path)
+        except OSError:
+            return plain(path, debug_override, optimization=optimization)
+        # 256 folders, so that no one folder holds every module of a sweep
+        return os.path.join(root, f"{st.st_ino & 0xFF:02x}", f"{st.st_dev:x}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}-{name}")
+
+    cache_from_source.__harness__ = True  # type: ignore[attr-defined]
+    external.cache_from_source = cache_from_source  # type: ignore[assignment]
+    sys.dont_write_bytecode = False  # the entries go to `root`, never into an env or a source tree
+    # pytest writes its rewritten test modules by sys.pycache_prefix: under `root` too, not beside the tests
+    sys.pycache_prefix = os.path.join(root, "pytest")
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -962,6 +999,8 @@ def main(argv: list[str]) -> int:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     lifeline = os.environ.pop(LIFELINE_ENV, "")
     _lifeline = int(lifeline) if lifeline else None
+    if os.environ.get(BYTECODE_ENV):
+        share_bytecode(os.environ[BYTECODE_ENV])
     if len(argv) >= 3 and argv[0] == "run":
         _watch_in_thread()
         _limit_output()

@@ -50,6 +50,7 @@ from harness.inputs.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.inputs.scenarios import Scenario, applicability, select
 from harness.inputs.testsource import NoTests, check_source
 from harness.running import hostinfo
+from harness.running.bytecode import bytecode_env
 from harness.running.culprits import CudaCulprits
 from harness.running.envs import EnvResult, build_env
 from harness.running.gpus import GpuPlan
@@ -472,6 +473,7 @@ class Sweep:
         self.find_links = expand_find_links(self.settings.find_links)
         self.libraries = tuple(plan.resolved.axes)
         self.ledger = Ledger()
+        self.bytecode = bytecode_env()  # every cell's processes share their modules' bytecode
         self.culprits = CudaCulprits(self.env_root)
         self.gpus = GpuPlan(
             plan.options.gpus, int(self.host.get("gpu_count", 0)), max(1, plan.options.jobs), int(self.host.get("cpus") or 0)
@@ -627,7 +629,7 @@ class Sweep:
             env.python,
             isolation=s.isolation,
             preload=s.preload,
-            env=self.gpus.server_env(),
+            env={**self.gpus.server_env(), **self.bytecode},
             avoid=avoid,
             learned=learned,
             zygotes=self.zygotes,
