@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -68,10 +69,50 @@ class EnvResult:
     reused: bool = False
     cuda_runtime: str = ""  # the CUDA version the cell's torch was built for ("" for a CPU build)
     python_version: str = ""  # the env interpreter's own version, e.g. 3.11.7
+    from_cache: bool = False  # resolved and installed from what this sweep had fetched already (`IndexSeen`)
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
+
+
+class IndexSeen:
+    """The distributions whose index pages uv has fetched afresh during this sweep (thread-safe).
+
+    uv asks the index again about every page it has cached (PyPI's simple pages are stale at
+    once): about 3 s of round trips per env here, against 0.03 s for the same resolution from
+    its cache. So only an env that needs something new asks the index; the others resolve and
+    install from what this sweep already fetched (`--offline`), which is the index as the
+    sweep saw it. A lock resolved offline that names a distribution this sweep has not fetched
+    (a page cached by an older sweep) is resolved again online, as is any offline failure
+    (a release not yet in the cache).
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._names)
+
+    def add(self, names: set[str]) -> None:
+        with self._lock:
+            self._names |= names
+
+    def covers(self, names: set[str]) -> bool:
+        with self._lock:
+            return names <= self._names
+
+
+def lock_names(lock: Path) -> set[str]:
+    """The distributions a lock file pins (normalised names)."""
+    names = set()
+    for line in lock.read_text().splitlines():
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==| @ )", line)
+        if match:
+            names.add(re.sub(r"[-_.]+", "-", match.group(1)).lower())
+    return names
 
 
 def uv_binary() -> str:
@@ -253,9 +294,17 @@ def link_base(location: Path, base: Base) -> None:
 
 
 def compile_lock(
-    uv: str, request: EnvRequest, target: list[str], lock: Path, stub_dir: Path | None, pins: list[str], preferences: str
+    uv: str,
+    request: EnvRequest,
+    target: list[str],
+    lock: Path,
+    stub_dir: Path | None,
+    pins: list[str],
+    preferences: str,
+    offline: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Resolve the cell's requirements into `lock`. `target` is `--python X` or a platform/version pair."""
+    """Resolve the cell's requirements into `lock`. `target` is `--python X` or a platform/version pair;
+    `offline`: from uv's cache alone."""
     # uv treats what an existing output file pins as preferences: the base's versions.
     lock.write_text(preferences)
     extra_links = [str(stub_dir)] if stub_dir else []
@@ -272,6 +321,7 @@ def compile_lock(
             "--no-annotate",
             "--quiet",
             *_index_args(request, extra_links),
+            *(["--offline"] if offline else []),
         ],
         stdin="\n".join(request.requirements + pins) + "\n",
     )
@@ -306,8 +356,40 @@ def parse_freeze(text: str) -> dict[str, str]:
     return out
 
 
-def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[str], exclude_newer: datetime | None = None) -> EnvResult:
-    """Build (or reuse) the env for one cell. Never raises for a cell's own problems."""
+def _resolve(
+    uv: str,
+    request: EnvRequest,
+    python: str,
+    lock: Path,
+    stub_dir: Path | None,
+    pins: list[str],
+    preferences: str,
+    seen: IndexSeen | None,
+) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Resolve into `lock`, from uv's cache where this sweep has fetched all it needs (`IndexSeen`),
+    else from the index. Returns uv's answer and whether it came from the cache alone."""
+    target = ["--python", python]
+    if seen and not request.no_index:
+        cached = compile_lock(uv, request, target, lock, stub_dir, pins, preferences, offline=True)
+        if cached.returncode == 0 and seen.covers(lock_names(lock)):
+            return cached, True
+    compiled = compile_lock(uv, request, target, lock, stub_dir, pins, preferences)
+    if compiled.returncode == 0 and seen is not None:
+        seen.add(lock_names(lock))
+    return compiled, False
+
+
+def build_env(
+    cell: Cell,
+    settings: Settings,
+    env_root: Path,
+    find_links: list[str],
+    exclude_newer: datetime | None = None,
+    seen: IndexSeen | None = None,
+) -> EnvResult:
+    """Build (or reuse) the env for one cell. Never raises for a cell's own problems.
+
+    With `seen`, the envs of one sweep share what it fetched from the index (`IndexSeen`)."""
     started = time.monotonic()
     request = request_for(cell, settings, find_links, exclude_newer)
     location = env_location(env_root, cell, request)
@@ -351,14 +433,19 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
             link_base(location, base)
             stub_dir = Path(stubs)
         lock = location / "harness-requirements.txt"
-        compiled = compile_lock(uv, request, ["--python", python], lock, stub_dir, pins, preferences)
+        compiled, offline = _resolve(uv, request, python, lock, stub_dir, pins, preferences, seen)
         if compiled.returncode != 0:
             message = _clean(compiled.stderr)
             return EnvResult(
                 resolve_failure_status(message), location, python, inherited=inherited, message=message, seconds=time.monotonic() - started
             )
         extra_links = [stubs] if stub_dir else []
-        synced = _run([uv, "pip", "sync", str(lock), "--python", python, "--quiet", *_index_args(request, extra_links)])
+        sync = [uv, "pip", "sync", str(lock), "--python", python, "--quiet", *_index_args(request, extra_links)]
+        # offline, the wheels must all be in uv's cache already; where one is not, the index gives it
+        synced = _run([*sync, "--offline"]) if offline else None
+        from_cache = synced is not None and synced.returncode == 0
+        if synced is None or synced.returncode != 0:
+            synced = _run(sync)
         if synced.returncode != 0:
             return EnvResult(
                 Status.INSTALL_FAILED,
@@ -382,7 +469,15 @@ def build_env(cell: Cell, settings: Settings, env_root: Path, find_links: list[s
     }
     (location / MARKER).write_text(json.dumps(marker_data))
     return EnvResult(
-        "ready", location, python, freeze, inherited, seconds=time.monotonic() - started, cuda_runtime=runtime, python_version=version
+        "ready",
+        location,
+        python,
+        freeze,
+        inherited,
+        seconds=time.monotonic() - started,
+        cuda_runtime=runtime,
+        python_version=version,
+        from_cache=from_cache,
     )
 
 

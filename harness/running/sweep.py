@@ -52,7 +52,7 @@ from harness.inputs.testsource import NoTests, check_source
 from harness.running import hostinfo
 from harness.running.bytecode import bytecode_env
 from harness.running.culprits import CudaCulprits
-from harness.running.envs import EnvResult, build_env
+from harness.running.envs import EnvResult, IndexSeen, build_env
 from harness.running.gpus import GpuPlan
 from harness.running.preloads import learned_preload, remember
 from harness.running.runner import CellRunner
@@ -473,6 +473,7 @@ class Sweep:
         self.find_links = expand_find_links(self.settings.find_links)
         self.libraries = tuple(plan.resolved.axes)
         self.ledger = Ledger()
+        self.index_seen = IndexSeen()  # the first env asks the index; the rest reuse what it fetched
         self.bytecode = bytecode_env()  # every cell's processes share their modules' bytecode
         self.culprits = CudaCulprits(self.env_root)
         self.gpus = GpuPlan(
@@ -602,7 +603,7 @@ class Sweep:
         with self._lock:
             self.reporter.cell_started(cell)
         moment = period_date(cell, self.plan.index) if self.settings.exclude_newer == "period" else None
-        env = build_env(cell, self.settings, self.env_root, self.find_links, moment)
+        env = build_env(cell, self.settings, self.env_root, self.find_links, moment, self.index_seen)
         with self._lock:
             self.ledger.env_seconds += env.seconds
             self.ledger.envs_built += 0 if env.reused else 1
