@@ -238,6 +238,8 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
 def _print_round(console: Console) -> Callable[[int, Plan], None]:
     def show(number: int, plan: Plan) -> None:
         waiting = f"; {plan.waiting} range(s) wait for another line's answer" if plan.waiting else ""
+        if plan.kept:  # refine_lines = "first": the summary infers them from the first line's answer
+            waiting += f"; {plan.kept} range(s) on other lines not built (inferred from the first line's answer)"
         console.print(f"refinement round {number}: {len(plan.probes)} probe cell(s){waiting}")
         # Probes that differ only in the held axes read as one line: what is built, for what, why.
         groups: dict[tuple[str, str, tuple[str, ...], str], list[Any]] = {}

@@ -23,12 +23,13 @@ from harness import __version__
 from harness.analysis import heatmap
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
+from harness.analysis.grouping import answer_groups
 from harness.analysis.pin import KnownGoodSet, describe_names
 from harness.analysis.rows import CellFacts, group_of
 from harness.analysis.status import SEVERITY, Status, status_of
 from harness.analysis.support import SupportTable, support_tables
 from harness.commands.answer import answer
-from harness.commands.summary import GRID_ROWS, _blamed, _context, _grouped, _never_changes, _short_signature
+from harness.commands.summary import GRID_ROWS, _blamed, _context, _grouped, _never_changes, _short_signature, inferred_text
 from harness.errors import BadInput
 from harness.storage.opening import open_results
 
@@ -53,6 +54,8 @@ class AnswerLine:
     lines: int
     tests: int
     held: str  # the other axes the lines held: `torch 2.13.0, accelerate 1.13.0|1.15.0, …`
+    inferred: str = ""  # `inferred on 7 more line(s), not built there (…)`: ranges that agree with this exact answer
+    inferred_held: str = ""  # the other axes those lines held
 
 
 @dataclass(frozen=True)
@@ -114,27 +117,24 @@ class Site:
 def _answers(found: Answer) -> list[AnswerLine]:
     """The summary's Answers block (`summary.render_answers`), as data: the same grouping, order and words."""
     blamed = _blamed(found.rows)
-    by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
-    for t in found.transitions:
-        by_failure[(group_of(t.scenario), t.signature)].append(t)
     out = []
-    for (_, signature), items in sorted(by_failure.items()):
-        groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
-        for t in items:
-            groups[(t.headline(), t.machine)].append(t)
-        for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
+    for (_, signature), groups in answer_groups(found.transitions):
+        names = _grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
+        for g in groups:
             out.append(
                 AnswerLine(
-                    _grouped(t.scenario for t in items),
+                    names,
                     _short_signature(signature),
                     blamed.get(signature, ""),
-                    headline,
-                    members[0].kind,
-                    members[0].exact,
-                    machine,
-                    len({m.held for m in members}),
-                    len({m.scenario for m in members}),
-                    _context([m.held for m in members]),
+                    g.headline,
+                    g.kind,
+                    g.exact,
+                    g.machine,
+                    g.lines,
+                    g.tests,
+                    _context([m.held for m in g.members]),
+                    inferred_text(g) if g.inferred else "",
+                    _context([m.held for m in g.inferred]) if g.inferred else "",
                 )
             )
     return out
@@ -299,7 +299,9 @@ def _answers_html(site: Site) -> str:
             + (f" <small>({_e(a.blamed)})</small>" if a.blamed else "")
             + "</td>"
             f'<td><span class="badge {badge}">{badge}</span> <b>{_e(a.headline)}</b></td>'
-            f"<td>{_e(a.machine)}</td><td>{a.lines} line(s){tests}: {_e(a.held)}</td></tr>"
+            f"<td>{_e(a.machine)}</td><td>{a.lines} line(s){tests}: {_e(a.held)}"
+            + (f"<br><small class='inferred'>{_e(a.inferred)}: {_e(a.inferred_held)}</small>" if a.inferred else "")
+            + "</td></tr>"
         )
     table = (
         "<table class='answers'><thead><tr><th>scenario</th><th>failure</th><th>answer</th><th>machine</th><th>lines held</th></tr></thead>"

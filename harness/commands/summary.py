@@ -36,6 +36,7 @@ from rich.text import Text
 
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
+from harness.analysis.grouping import AnswerGroup, answer_groups
 from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.rows import axis_sort, group_of, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
@@ -330,25 +331,21 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
     out: list[str] = []  # printed at once: a suite's answers are thousands of lines
     # Tests of one file (or class) with one signature and the same answers are one answer:
     # a suite of thousands of tests prints a line per failure family, never one per test.
-    by_failure: dict[tuple[str, str], list[Transition]] = defaultdict(list)
-    for t in attribution.transitions:
-        by_failure[(group_of(t.scenario), t.signature)].append(t)
+    failures = answer_groups(attribution.transitions)
     out.append("\n[bold]Answers[/]")
-    if not by_failure:
+    if not failures:
         out.append("  no failure changes between two tested versions of an axis (other axes and machine held)")
-    for (_, signature), items in sorted(by_failure.items()):
+    for (_, signature), groups in failures:
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-        out.append(f"  [bold]{escape(_grouped(t.scenario for t in items))}[/]: {escape(_short_signature(signature))}{who}")
-        groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
-        for t in items:
-            groups[(t.headline(), t.machine)].append(t)
-        for (headline, machine), members in sorted(groups.items(), key=lambda g: (" between " in g[0][0], g[0])):
-            colour = "green" if members[0].kind == "fixed" else "red"
-            out.append(f"    [{colour}]{escape(headline)}[/]")
-            tests = len({m.scenario for m in members})
-            lines = len({m.held for m in members})
-            where = (f"on {machine}, " if machine else "") + f"{lines} line(s)" + (f", {tests} tests" if tests > 1 else "")
-            out.append(f"      {escape(where)}: {escape(_context([m.held for m in members]))}")
+        names = _grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
+        out.append(f"  [bold]{escape(names)}[/]: {escape(_short_signature(signature))}{who}")
+        for g in groups:
+            colour = "green" if g.kind == "fixed" else "red"
+            out.append(f"    [{colour}]{escape(g.headline)}[/]")
+            where = (f"on {g.machine}, " if g.machine else "") + f"{g.lines} line(s)" + (f", {g.tests} tests" if g.tests > 1 else "")
+            out.append(f"      {escape(where)}: {escape(_context([m.held for m in g.members]))}")
+            if g.inferred:
+                out.append(f"      {escape(inferred_text(g))}: {escape(_context([m.held for m in g.inferred]))}")
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
     for scenario, signature in _never_changes(rows, attribution):
         steady[(group_of(scenario), signature)].append(scenario)
@@ -365,6 +362,11 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
     if inconclusive:
         out.append(f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}")
     _say_all(console, out)
+
+
+def inferred_text(group: AnswerGroup) -> str:
+    """What the lines inferred from an exact answer are, and that nothing was built there."""
+    return f"inferred on {group.inferred_lines} more line(s), not built there (their ends agree with it)"
 
 
 def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) -> list[tuple[str, str]]:
