@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +143,11 @@ def base_model_path(workdir: str | os.PathLike[str], kv_shared_layers: int = KV_
     real = os.environ.get("HARNESS_MODEL")
     if real:
         return real
-    target = Path(workdir) / "base"
-    build_model(kv_shared_layers=kv_shared_layers).save_pretrained(target)
-    return str(target)
+
+    def save(target: Path) -> None:
+        build_model(kv_shared_layers=kv_shared_layers).save_pretrained(target)
+
+    return _saved(workdir, f"base-kv{kv_shared_layers}", save)
 
 
 def lora_config(target_modules: str | list[str] = INNER_LINEAR_TARGETS) -> LoraConfig:
@@ -170,16 +173,44 @@ def adapter_path(workdir: str | os.PathLike[str], seed: int = SEED, kv_shared_la
     real = os.environ.get("HARNESS_ADAPTER")
     if real:
         return real
-    from peft import get_peft_model
 
-    # get_peft_model rewrites the model in place: use a throwaway base.
-    base = build_model(kv_shared_layers=kv_shared_layers)
-    torch.manual_seed(seed + 1)
-    peft_model = get_peft_model(base, lora_config())
-    target = Path(workdir) / "adapter"
-    # The embeddings were not trained; "auto" would look the base config up on the hub.
-    peft_model.save_pretrained(target, save_embedding_layers=False)
-    return str(target)
+    def save(target: Path) -> None:
+        from peft import get_peft_model
+
+        # get_peft_model rewrites the model in place: use a throwaway base.
+        base = build_model(kv_shared_layers=kv_shared_layers)
+        torch.manual_seed(seed + 1)
+        peft_model = get_peft_model(base, lora_config())
+        # The embeddings were not trained; "auto" would look the base config up on the hub.
+        peft_model.save_pretrained(target, save_embedding_layers=False)
+
+    return _saved(workdir, f"adapter-seed{seed}-kv{kv_shared_layers}", save, name="adapter")
+
+
+def _saved(workdir: str | os.PathLike[str], key: str, save: Any, name: str = "base") -> str:
+    """A model or adapter saved once per cell and read by each scenario of the cell after it.
+
+    The harness gives each cell's scenarios one folder, $HARNESS_CELL_DIR: every scenario of a
+    cell would otherwise build and save the same seeded model again (a third of a cell's time on
+    CPU). It is made by the cell's own libraries, into a temporary folder renamed into place, so
+    a scenario that fails while saving leaves nothing, and the next one saves (and fails) again.
+    Without the folder (a scenario run by hand), it is saved under `workdir/name`, as before.
+    """
+    shared = os.environ.get("HARNESS_CELL_DIR")
+    if not shared:
+        target = Path(workdir) / name
+        save(target)
+        return str(target)
+    done = Path(shared) / key
+    if not done.is_dir():
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=shared))
+        save(fresh / name)
+        try:
+            (fresh / name).rename(done)
+        except OSError:  # another scenario of the cell saved it first: the same seeded files
+            pass
+    return str(done)
 
 
 def model_inputs(config: Gemma4Config, with_media: bool = True) -> dict[str, torch.Tensor]:

@@ -133,7 +133,15 @@ class CellRunner:
         self.zygotes = zygotes
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-", dir=workdir)
         self.tmp = Path(self._tmp.name)
-        base = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HARNESS_KIT_DIR": str(KIT_DIR)}
+        # HARNESS_CELL_DIR: one folder for the cell's scenarios to share what each would make alike
+        # (the kit's saved tiny model and adapter: `_gemma4._saved`); it goes with the runner
+        base = {
+            **os.environ,
+            **(env or {}),
+            "PYTHONUNBUFFERED": "1",
+            "HARNESS_KIT_DIR": str(KIT_DIR),
+            "HARNESS_CELL_DIR": str(self.tmp / "cell"),
+        }
         self.env = {**base, **activation(python, self.tmp / "bin", base.get("PATH", os.defpath))}
         self._server: Server | None = None
         self._selector: selectors.BaseSelector | None = None

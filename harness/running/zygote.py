@@ -50,7 +50,7 @@ START_TIMEOUT = 600.0
 #: refused by the first; one more zygote each for a few such groups beats a plain server each.
 MAX_PER_KEY = 3
 #: Environment variables that differ per cell by design (activation) and do not enter the key.
-PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV")
+PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV", "HARNESS_CELL_DIR")
 #: "0" keeps the torch modules the servers import out of the zygote (each server imports them
 #: itself, as before): the baseline of the measurements in docs/benchmarks.md.
 SHARE_TORCH_ENV = "HARNESS_ZYGOTE_SHARE_TORCH"
