@@ -26,6 +26,7 @@ from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERM
 from harness.inputs.matrix import Cell, load_matrix
 from harness.inputs.scenarios import select
 from harness.running.envs import EnvResult
+from harness.running.gpus import MAX_CPU_JOBS, default_jobs
 from harness.storage.opening import open_results
 
 if TYPE_CHECKING:
@@ -143,7 +144,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
     p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
     p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir, .nox)")
-    p.add_argument("--jobs", type=int, default=1, help="cells built and run at once; with GPUs each job gets one (CUDA_VISIBLE_DEVICES)")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default="auto",
+        help="cells built and run at once; with GPUs each job gets one (CUDA_VISIBLE_DEVICES). Default auto: one job on a machine "
+        f"with GPUs (every GPU for the lone job), else one per CPU core, at most {MAX_CPU_JOBS}",
+    )
     p.add_argument("--gpus", default=None, help="GPU ids to use, e.g. 0,1 (default: every GPU nvidia-smi sees)")
     p.add_argument(
         "--no-lookahead",
@@ -180,13 +187,30 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
 
 
+def _jobs(text: str) -> int | str:
+    """`--jobs N` or `--jobs auto`."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of jobs, or auto") from None
+
+
+def options_gpus(selected: str | None) -> int:
+    """How many GPUs a sweep would use: those --gpus names, else every one nvidia-smi sees."""
+    from harness.running import hostinfo
+
+    return len([g for g in selected.split(",") if g.strip()]) if selected else len(hostinfo.gpus())
+
+
 def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     from harness.running.sweep import SweepOptions
 
     options = SweepOptions(
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
     )
-    options.jobs = args.jobs
+    options.jobs = args.jobs if isinstance(args.jobs, int) else default_jobs(options_gpus(args.gpus), os.cpu_count() or 1)
     options.lookahead = not args.no_lookahead
     options.zygote = not args.no_zygote
     options.help_tail = not args.no_tail_help

@@ -62,6 +62,21 @@ class GpuLocks:
                 self._cond.notify_all()
 
 
+#: Jobs a CPU-only machine runs by default: one per core, no more than this (each job holds a
+#: fork server and a scenario's model in memory; the default matrix's take about 0.7 GiB a job).
+MAX_CPU_JOBS = 8
+
+
+def default_jobs(gpus: int, cpus: int) -> int:
+    """`--jobs auto`: one job where there are GPUs (the lone job gets all of them, so a two-GPU
+    scenario runs in its cell's turn), else one job per CPU core, at most `MAX_CPU_JOBS`.
+
+    >>> default_jobs(gpus=0, cpus=2), default_jobs(gpus=2, cpus=64), default_jobs(gpus=0, cpus=64)
+    (2, 1, 8)
+    """
+    return 1 if gpus else max(1, min(cpus, MAX_CPU_JOBS))
+
+
 @dataclass
 class GpuPlan:
     """The GPUs of one sweep: every one it may use, one per job, and who holds which when.
