@@ -195,9 +195,12 @@ class Tail(Generic[K]):
     is run by its one job alone: events about it change nothing, and its job is its last.
     """
 
-    def __init__(self, jobs: int, help_tail: bool = True) -> None:
+    def __init__(self, jobs: int, help_tail: bool = True, cpus: int = 0) -> None:
         self.sharing = jobs > 1 and help_tail  # whether idle jobs share running cells at all
-        self._spares = jobs - 1  # at most one idle job per job but the last cell's
+        # at most one idle job per job but the last cell's; and a spare costs no job any time
+        # only on a core no job uses (`cpus`, 0: unknown, as many as needed): with a job per
+        # core its imports slowed both jobs, and unused it was pure loss (2 of 2 in the main job)
+        self._spares = jobs - 1 if not cpus else max(0, min(jobs - 1, cpus - jobs))
         self._busy = jobs  # jobs not idle: while some run, an idle job waits rather than leaves
         self._cells: dict[K, Shared] = {}  # in the order jobs started them
 

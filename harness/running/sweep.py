@@ -383,8 +383,8 @@ class _Helpers:
         self._lock, self._ledger, self._stopping, self._start_runner = lock, ledger, stopping, start_runner
         self.tail: Tail[_Shared] = Tail(1)  # the running cells idle jobs may share (one run of jobs' own)
 
-    def begin(self, jobs: int, help_tail: bool) -> Tail[_Shared]:
-        self.tail = Tail[_Shared](jobs, help_tail)
+    def begin(self, jobs: int, help_tail: bool, cpus: int = 0) -> Tail[_Shared]:
+        self.tail = Tail[_Shared](jobs, help_tail, cpus)
         return self.tail
 
     def started(self, shared: _Shared, runner: CellRunner, *, last: bool) -> None:
@@ -545,7 +545,7 @@ class Sweep:
         ahead = len(slots) if self.plan.options.lookahead else 0
         feed: Feed[tuple[Cell, Todo], _Prepared] = Feed(work, lambda item: self._prepare(*item, origin), ahead, _close_runner)
 
-        tail = self.helpers.begin(len(slots), self.plan.options.help_tail)
+        tail = self.helpers.begin(len(slots), self.plan.options.help_tail, int(self.host.get("cpus") or 0))
 
         def worker(slot: list[str]) -> None:
             try:

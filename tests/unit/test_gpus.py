@@ -99,3 +99,11 @@ def test_no_overlap_under_load() -> None:
         t.join(30)
     assert not any(t.is_alive() for t in threads), "deadlock"
     assert violations == []
+
+
+def test_default_jobs_doctests() -> None:
+    import doctest
+
+    from harness.running import gpus
+
+    assert doctest.testmod(gpus).failed == 0

@@ -310,6 +310,16 @@ def test_only_several_jobs_share_cells(jobs: int, help_tail: bool, sharing: bool
     assert Tail(jobs, help_tail).sharing is sharing
 
 
+@pytest.mark.parametrize(("jobs", "cpus", "spares"), [(2, 0, 1), (2, 16, 1), (4, 16, 3), (2, 2, 0), (4, 5, 1), (2, 3, 1)])
+def test_spares_start_ahead_only_on_cores_no_job_uses(jobs: int, cpus: int, spares: int) -> None:
+    # the last cell handed out: every running cell with time left is a candidate for a spare
+    tail: Tail[str] = Tail(jobs, cpus=cpus)
+    chosen: list[str] = []
+    for k in range(jobs):
+        chosen += tail.started(f"cell{k}", left=9, runnable=9, start_seconds=3.0, last=k == jobs - 1, mean=1.0)
+    assert len(chosen) == spares
+
+
 @pytest.mark.parametrize(
     ("shared", "expected"),
     [
