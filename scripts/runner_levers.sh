@@ -15,6 +15,8 @@
 #   both      share and bytecode
 #   nolearn   lever (c), after share: re-sweeps of share's env root whose servers preload the
 #             matrix's `preload` instead of the learned modules (HARNESS_LEARNED_PRELOAD=0)
+#   pyc       share, with the modules' bytecode shared by every env (running/bytecode.py, the
+#             default since #30 item 3; the modes above keep it off: HARNESS_BYTECODE=0)
 # `peer` then runs each scenario as a fresh `python scenario.py` in base's envs (the naive peer).
 # Everything lands in OUTDIR/levers.tar.gz (logs, outcomes, per-preload seconds as JSON lines
 # from HARNESS_PRELOAD_LOG, each env's learned harness-imports.json) and OUTDIR/summary.txt.
@@ -32,6 +34,7 @@ python3 scripts/wheelhouse_pack.py unpack "$packed" .wheelhouse > /dev/null
 python3 -m pip install --quiet --no-index --target "$deps" .wheelhouse/uv-*.whl
 export PATH="$deps/bin:$PATH" PYTHONPATH="$deps:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 say "$(nvidia-smi -L | head -n 1); setup $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }") s; $(nproc) CPUs"
+say "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
 # The image's torch and transformers read once, so the first mode does not pay for a cold page cache.
 python3 -c 'import torch, transformers, transformers.modeling_utils, accelerate' 2> /dev/null
 
@@ -75,14 +78,18 @@ for spec in "$@"; do
     done
     continue
   fi
+  # The modes before shared bytecode keep it off (HARNESS_BYTECODE=0), as the harness was then.
   case $mode in
-    base) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0) ;;
-    share) vars=() ;;
-    bytecode) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 UV_COMPILE_BYTECODE=1) ;;
-    both) vars=(UV_COMPILE_BYTECODE=1) ;;
+    base) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 HARNESS_BYTECODE=0) ;;
+    share) vars=(HARNESS_BYTECODE=0) ;;
+    bytecode) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 UV_COMPILE_BYTECODE=1 HARNESS_BYTECODE=0) ;;
+    both) vars=(UV_COMPILE_BYTECODE=1 HARNESS_BYTECODE=0) ;;
     # lever (c): share's env root again, its servers preloading the matrix's `preload`, not what
     # the scenarios imported last time
-    nolearn) vars=(HARNESS_LEARNED_PRELOAD=0) ;;
+    nolearn) vars=(HARNESS_LEARNED_PRELOAD=0 HARNESS_BYTECODE=0) ;;
+    # share, and each process's bytecode kept in one folder for every env (the default since
+    # #30 item 3: running/bytecode.py); the folder starts empty, as on a fresh runner
+    pyc) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pyc") ; rm -rf "$tmp/levers-xdg-pyc" ;;
     *) say "unknown mode $mode"; continue ;;
   esac
   root=$tmp/levers-root-$mode cache=$tmp/levers-cache-$mode
