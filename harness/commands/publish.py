@@ -56,6 +56,7 @@ class AnswerLine:
     held: str  # the other axes the lines held: `torch 2.13.0, accelerate 1.13.0|1.15.0, …`
     inferred: str = ""  # `inferred on 7 more line(s), not built there (…)`: ranges that agree with this exact answer
     inferred_held: str = ""  # the other axes those lines held
+    inferred_lines: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ def _answers(found: Answer) -> list[AnswerLine]:
                     _context([m.held for m in g.members]),
                     inferred_text(g) if g.inferred else "",
                     _context([m.held for m in g.inferred]) if g.inferred else "",
+                    g.inferred_lines,
                 )
             )
     return out
@@ -466,8 +468,10 @@ def publish(db: Path, out: Path) -> tuple[Path, Site]:
 
 def summary_line(page: Path, site: Site) -> str:
     exact = sum(1 for a in site.answers if a.exact)
+    inferred = sum(a.inferred_lines for a in site.answers)
+    more = f"; inferred on {inferred} more, not built there" if inferred else ""
     return (
         f"{page}: {site.outcomes:,} outcomes, {site.cells} cells × {site.scenarios:,} {site.counted}, {len(site.answers)} answer(s) "
-        f"({exact} exact, on {site.exact} line(s)), {len(site.known_good)} known-good set(s), "
+        f"({exact} exact, on {site.exact} line(s){more}), {len(site.known_good)} known-good set(s), "
         f"{sum(1 for t in site.tables if t.built > 1)} support table(s); {page.stat().st_size / 1024:,.0f} KiB, open it in a browser"
     )

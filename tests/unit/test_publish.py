@@ -172,6 +172,21 @@ def test_only_exact_answers_on_the_line_are_marked() -> None:
     assert tables["torch"].built == 1  # one torch only: the table answers nothing about it
 
 
+def test_a_line_inferred_from_another_lines_exact_answer_says_so_on_the_page(tmp_path: Path) -> None:
+    from harness.commands.publish import render, site_of, summary_line
+
+    # exact on the accelerate 1.15.0 line (5.8.0 built there); on 1.13.0 a range 5.6.2..5.10.0 around it
+    listed = {**LISTED, "transformers": ["5.6.2", "5.8.0", "5.10.0"]}
+    site = site_of(answer_rows(ROWS, listed), "rows")
+    [line] = [a for a in site.answers if a.scenarios == "load"]
+    assert (line.headline, line.exact, line.lines, line.inferred_lines) == ("fixed in transformers 5.8.0 (after 5.6.2)", True, 1, 1)
+    assert line.inferred.startswith("inferred on 1 more line(s), not built there") and "accelerate 1.13.0" in line.inferred_held
+    assert "inferred on 1 more line(s), not built there" in render(site)
+    page = tmp_path / "index.html"
+    page.write_text("x")
+    assert "on 1 line(s); inferred on 1 more, not built there" in summary_line(page, site)
+
+
 def test_each_machine_class_has_its_own_line() -> None:
     rows = [*ROWS, _row("5.6.2", "1.15.0", "load", "pass", gpu="NVIDIA H200"), _row("5.8.0", "1.15.0", "load", "error", gpu="NVIDIA H200")]
     machines = {(t.machine, t.library) for t in support_tables(answer_rows(rows, LISTED))}
