@@ -22,6 +22,7 @@ from dashboard import grouping
 from harness.analysis import heatmap
 from harness.analysis.attribution import MachineDifference, Transition
 from harness.analysis.bisect import Verdict, repeat_verdict, stored_result
+from harness.analysis.grouping import inferred_source
 from harness.analysis.rows import AXIS_ORDER, axis_sort, distance
 from harness.analysis.status import SEVERITY, fold, status_of
 from harness.analysis.versions import sort_values, version_key
@@ -211,17 +212,37 @@ def transition_columns(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
     is named when the file holds more than one."""
     machines = {str(r.get("machine") or "") for r in summary if r.get("kind") in ("introduced", "fixed")}
     out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for row in summary:
+    inferred = _inferred_lines(summary)
+    for i, row in enumerate(summary):
         kind = str(row["kind"])
         if kind == "flaky":
             out[row["signature"]]["flaky"].append(f"{row['lines']} cell(s)")
         elif kind == "machine":
             out[row["signature"]]["machine"].append(machine_text(row))
-        else:
+        elif i not in inferred.get("ranges", {}):
             where = f" on {row['machine']}" if len(machines) > 1 and row.get("machine") else ""
             lines = f" ({row['lines']} lines)" if int(row.get("lines") or 1) > 1 else ""
-            out[row["signature"]][kind].append(answer_text(row) + where + lines)
+            more = inferred.get("more", {}).get(i, 0)
+            also = f"; inferred on {more} more line(s), not built there" if more else ""
+            out[row["signature"]][kind].append(answer_text(row) + where + lines + also)
     return {sig: {kind: "; ".join(dict.fromkeys(parts)) for kind, parts in kinds.items()} for sig, kinds in out.items()}
+
+
+def _inferred_lines(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, int]]:
+    """Ranges (row indices) printed as inferred from an exact answer, the summary's rule
+    (`analysis.grouping`) over stored answer groups, which keep no held axes: {"ranges": {range:
+    its exact row}, "more": {exact row: lines inferred from it}}."""
+    moves = [(i, Transition.from_dict(r), r) for i, r in enumerate(summary) if r.get("kind") in ("introduced", "fixed")]
+    found: dict[str, dict[int, int]] = {"ranges": {}, "more": defaultdict(int)}
+    for i, span, row in moves:
+        same = (row["signature"], span.kind, span.axis, span.machine)
+        family = [(j, t) for j, t, r in moves if t.exact and (r["signature"], t.kind, t.axis, t.machine) == same]
+        source = inferred_source(span, [t for _, t in family])
+        if source is not None:
+            j = next(j for j, t in family if t is source)
+            found["ranges"][i] = j
+            found["more"][j] += int(row.get("lines") or 1)
+    return found
 
 
 FAILURE_COLUMNS = [

@@ -67,9 +67,23 @@ def _family(t: Transition) -> tuple[str, str, str, str, str]:
     return (t.scenario, t.signature, t.axis, t.kind, t.machine)
 
 
-def _agrees(exact: Transition, span: Transition) -> bool:
+def within(exact: Transition, span: Transition) -> bool:
     """`exact`'s two releases lie within `span`: its first release or one not built there, then one not built or its last."""
-    return exact.before in (span.before, *span.not_built) and exact.after in (*span.not_built, span.after) and exact.held != span.held
+    return exact.before in (span.before, *span.not_built) and exact.after in (*span.not_built, span.after)
+
+
+def _agrees(exact: Transition, span: Transition) -> bool:
+    return within(exact, span) and exact.held != span.held
+
+
+def inferred_source(span: Transition, exact: Iterable[Transition]) -> Transition | None:
+    """The one answer among `exact` (of `span`'s failure, axis and machine, on other lines) that
+    a range `span` is inferred from, or None: no range with an inconclusive release, and none
+    whose exact answers within it disagree."""
+    if span.exact or span.inconclusive or not span.not_built:
+        return None
+    agreeing = [e for e in exact if e.exact and within(e, span)]
+    return agreeing[0] if agreeing and len({(e.before, e.after) for e in agreeing}) == 1 else None
 
 
 def inferred_from(transitions: Iterable[Transition]) -> dict[int, Transition]:
@@ -83,9 +97,9 @@ def inferred_from(transitions: Iterable[Transition]) -> dict[int, Transition]:
             ranges.append(t)
     found: dict[int, Transition] = {}
     for span in ranges:
-        agreeing = [e for e in exact.get(_family(span), ()) if _agrees(e, span)]
-        if agreeing and len({(e.before, e.after) for e in agreeing}) == 1:
-            found[id(span)] = agreeing[0]
+        source = inferred_source(span, [e for e in exact.get(_family(span), ()) if e.held != span.held])
+        if source is not None:
+            found[id(span)] = source
     return found
 
 

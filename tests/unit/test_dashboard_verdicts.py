@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +174,27 @@ def test_a_machine_difference_is_named_from_its_fields() -> None:
     assert " — with " not in columns["SIG"]["machine"]  # the held axes belong to each line, not to the signature's answer
     # a file written before other_machine was stored: its stored description, whole
     assert logic.machine_text({**rows[0], "other_machine": ""}) == differences[0].describe()
+
+
+def test_the_fixed_in_column_puts_lines_inferred_from_an_exact_answer_under_it() -> None:
+    def group(before: str, after: str, untested: list[str], lines: int, inconclusive: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {
+            "signature": "SIG",
+            "kind": "fixed",
+            "axis": "transformers",
+            "before": before,
+            "after": after,
+            "untested": untested,
+            "inconclusive": list(inconclusive),
+            "machine": "cpu",
+            "lines": lines,
+        }
+
+    exact = group("5.10.4", "5.11.0", [], 1)
+    around = group("5.6.2", "5.23.0", ["5.10.4", "5.11.0", "5.15.0"], 7)
+    columns = logic.transition_columns([exact, around])
+    assert columns["SIG"]["fixed"] == "transformers 5.11.0 (after 5.10.4); inferred on 7 more line(s), not built there"
+    # a range that holds an inconclusive release stays a range, beside the exact answer
+    unsure = group("5.6.2", "5.23.0", ["5.10.4", "5.11.0"], 7, inconclusive=("5.15.0 (not_applicable)",))
+    text = logic.transition_columns([exact, unsure])["SIG"]["fixed"]
+    assert text.startswith("transformers 5.11.0 (after 5.10.4); between transformers 5.6.2") and "inferred" not in text
