@@ -233,11 +233,15 @@ def _inferred_lines(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[int,
     (`analysis.grouping`) over stored answer groups, which keep no held axes: {"ranges": {range:
     its exact row}, "more": {exact row: lines inferred from it}}."""
     moves = [(i, Transition.from_dict(r), r) for i, r in enumerate(summary) if r.get("kind") in ("introduced", "fixed")]
+    # the exact answers of each failure, axis and machine, looked up once per range (a suite has thousands)
+    exact: dict[tuple[str, str, str, str], list[tuple[int, Transition]]] = defaultdict(list)
+    for i, t, r in moves:
+        if t.exact:
+            exact[(str(r["signature"]), t.kind, t.axis, t.machine)].append((i, t))
     found: dict[str, dict[int, int]] = {"ranges": {}, "more": defaultdict(int)}
     for i, span, row in moves:
-        same = (row["signature"], span.kind, span.axis, span.machine)
-        family = [(j, t) for j, t, r in moves if t.exact and (r["signature"], t.kind, t.axis, t.machine) == same]
-        source = inferred_source(span, [t for _, t in family])
+        family = exact.get((str(row["signature"]), span.kind, span.axis, span.machine), [])
+        source = inferred_source(span, [t for _, t in family]) if family else None
         if source is not None:
             j = next(j for j, t in family if t is source)
             found["ranges"][i] = j
