@@ -16,6 +16,8 @@ from pathlib import Path
 
 CHILD = Path(__file__).with_name("child.py")
 LIFELINE_ENV = "HARNESS_LIFELINE_FD"  # child.py's name for it
+#: One folder per cell that its scenarios share (the kit's saved model: scenarios/_gemma4._saved).
+CELL_DIR_ENV = "HARNESS_CELL_DIR"
 KILL_GRACE_SECONDS = 3.0
 
 _lifeline_lock = threading.Lock()

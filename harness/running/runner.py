@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from harness.analysis.interpret import RawRun
 from harness.inputs import bundled
 from harness.running.envs import uv_binary
-from harness.running.processes import CHILD, child_env, kill_group, lifeline
+from harness.running.processes import CELL_DIR_ENV, CHILD, child_env, kill_group, lifeline
 from harness.running.zygote import TORCH_TOPS
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class CellRunner:
             **(env or {}),
             "PYTHONUNBUFFERED": "1",
             "HARNESS_KIT_DIR": str(KIT_DIR),
-            "HARNESS_CELL_DIR": str(self.tmp / "cell"),
+            CELL_DIR_ENV: str(self.tmp / "cell"),
         }
         self.env = {**base, **activation(python, self.tmp / "bin", base.get("PATH", os.defpath))}
         self._server: Server | None = None

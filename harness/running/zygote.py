@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from harness.running.child import record_digest
-from harness.running.processes import CHILD, child_env, kill_group, lifeline
+from harness.running.processes import CELL_DIR_ENV, CHILD, child_env, kill_group, lifeline
 
 #: The top-level modules of the torch distribution: what a zygote may preload.
 TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
@@ -50,7 +50,7 @@ START_TIMEOUT = 600.0
 #: refused by the first; one more zygote each for a few such groups beats a plain server each.
 MAX_PER_KEY = 3
 #: Environment variables that differ per cell by design (activation) and do not enter the key.
-PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV", "HARNESS_CELL_DIR")
+PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV", CELL_DIR_ENV)
 #: "0" keeps the torch modules the servers import out of the zygote (each server imports them
 #: itself, as before): the baseline of the measurements in docs/benchmarks.md.
 SHARE_TORCH_ENV = "HARNESS_ZYGOTE_SHARE_TORCH"
