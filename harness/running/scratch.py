@@ -32,6 +32,12 @@ def claim() -> Path:
     return folder
 
 
+def system_temp() -> Path:
+    """The system's temp directory, outside this run's scratch folder (for what must outlive the run)."""
+    current = Path(tempfile.gettempdir())
+    return current.parent if current.name.startswith(PREFIX) else current
+
+
 def sweep_dead(parent: Path) -> list[Path]:
     """Remove the scratch folders in `parent` whose run's process is gone; returns them."""
     removed = []
