@@ -170,6 +170,14 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "build that has imported torch, preloading what the cell's scenarios imported last time; matrix key `zygote`)",
     )
     p.add_argument(
+        "--keep-servers",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep each cell's fork server, with its imports, for the next sweep of the same cell on this machine, parked for "
+        "up to SECONDS idle (default 0: they exit with the sweep; see `harness servers`)",
+    )
+    p.add_argument(
         "--shard",
         default="",
         help="run only slice i of n, e.g. 2/4 (deterministic; merge the shards' files): cells round robin, or with a suite "
@@ -185,6 +193,17 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
     p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
+
+
+def _seconds(text: str) -> float:
+    """`--keep-servers SECONDS`: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds between 0 and 604800, e.g. 900")
+    return value
 
 
 def _jobs(text: str) -> int | str:
@@ -214,6 +233,7 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.lookahead = not args.no_lookahead
     options.zygote = not args.no_zygote
     options.help_tail = not args.no_tail_help
+    options.keep_servers = args.keep_servers
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     options.durations = args.durations
@@ -240,6 +260,8 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     progress = None if args.no_progress or args.json else ProgressReporter(console)
     on_start, on_round = (None, None) if args.json else (started, _print_round(console))
     options = _sweep_options(args)
+    if options.keep_servers:
+        _kept_dir()  # a folder others could use is refused before anything runs
     done = run_sweep(
         options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
     )
@@ -497,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_sweep(sub)
+    p = sub.add_parser("servers", help="the fork servers `sweep --keep-servers` kept on this machine, waiting for the next sweep")
+    p.add_argument("--stop", action="store_true", help="end them now")
     p = sub.add_parser("list", help="list the matrix's cells (one id per line)")
     p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print each cell's versions")
@@ -985,6 +1009,36 @@ def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
     return report.exit_status
 
 
+def _kept_dir() -> Path:
+    from harness.running import kept
+
+    try:
+        return kept.kept_dir()
+    except kept.UnsafeDir as exc:
+        raise BadInput(f"cannot keep fork servers: {exc}") from None
+
+
+def _cmd_servers(args: argparse.Namespace, console: Console) -> int:
+    """The fork servers kept by `sweep --keep-servers`; with --stop, end them."""
+    import time
+
+    from harness.running import kept
+
+    _kept_dir()
+    servers = kept.parked()
+    if not servers:
+        console.print("no fork server is kept")
+        return EXIT_OK
+    for server in servers:
+        left = max(0.0, server.parked_at + server.idle - time.time())
+        if args.stop:
+            done = "stopped" if kept.stop(server.path) else "already gone"
+            console.print(f"pid {server.pid} {server.prefix}: {done}", highlight=False)
+        else:
+            console.print(f"pid {server.pid} {server.prefix}: parked, exits in {left:.0f} s unless a sweep takes it", highlight=False)
+    return EXIT_OK
+
+
 COMMANDS = {
     "sweep": _cmd_sweep,
     "list": _cmd_list,
@@ -1002,6 +1056,7 @@ COMMANDS = {
     "dashboard": _cmd_dashboard,
     "init": _cmd_init,
     "watch": _cmd_watch,
+    "servers": _cmd_servers,
 }
 
 

@@ -14,6 +14,8 @@ Python, where only the libraries under test are installed.
 answers {"pid": N} as soon as the scenario's process exists (so the harness can kill its
 process group on timeout) and {"pid": N, "exit": code, "signal": sig} when it ends. Forking
 before anything touches CUDA keeps one torch import per cell instead of one per scenario.
+A request {"park": SOCKET, "idle": SECONDS} makes it let go of the sweep and wait on that Unix
+socket for the next sweep of its cell, which hands it new pipes (`_park`; harness/running/kept.py).
 
 `zygote` does the same one level up: it imports torch (never a library under test), then for
 each cell the harness sends it (the cell's pipes ride along as file descriptors on a Unix
@@ -637,7 +639,6 @@ def _entries(args: list[str]) -> list[dict[str, Any]]:
 
 
 def serve(preload: list[dict[str, Any]], loaded_file: str | None = None) -> int:
-    global _running
     # Answers go to a private copy of stdout; fd 1 itself now points at stderr, so whatever a
     # library prints while importing (C level included) cannot corrupt the protocol.
     answer = os.fdopen(os.dup(1), "w")
@@ -652,7 +653,24 @@ def serve(preload: list[dict[str, Any]], loaded_file: str | None = None) -> int:
         _write_json(loaded_file, {"modules": [m for m in list(sys.modules) if m.partition(".")[0] in TORCH_TOPS]})
     answer.write(json.dumps(report) + "\n")
     answer.flush()
+    while True:
+        park = _serve_requests(answer)
+        if park is None:
+            answer.close()
+            return 0
+        attached = _park(park, answer)
+        if attached is None:
+            return 0
+        answer, wanted = attached
+        _serve_again(answer, wanted)
+
+
+def _serve_requests(answer: Any) -> dict[str, Any] | None:
+    """Fork one scenario per request until EOF (None) or a request to park (returned)."""
+    global _running
     for request in _requests(0):
+        if "park" in request:
+            return request
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -670,7 +688,131 @@ def serve(preload: list[dict[str, Any]], loaded_file: str | None = None) -> int:
             pass
         answer.write(json.dumps(dict({"pid": pid}, **_decode_status(status))) + "\n")
         answer.flush()
-    return 0
+    return None
+
+
+# -- kept between sweeps (harness/running/kept.py) --------------------------------------------
+def _park(request: dict[str, Any], answer: Any) -> tuple[Any, list[dict[str, Any]]] | None:
+    """Say whether it parked (on `answer`, which it closes), let go of the sweep (its pipes, log
+    and lifeline), wait on the Unix socket
+    `request["park"]` for up to `request["idle"]` seconds for the next sweep of this cell, and
+    take its pipes, log, lifeline, variables and folder. Returns the new answer file and the
+    preload that sweep wants; None: time to exit (idle too long, asked to quit, or another
+    server of this cell parked first)."""
+    global _lifeline
+    import socket
+
+    path, idle = str(request["park"]), float(request["idle"])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()  # another server of this cell is parked there: this one is not needed
+        answer.write(json.dumps({"parked": False}) + "\n")
+        answer.close()
+        return None
+    sock.listen(4)
+    info = path[: -len(".sock")] + ".json" if path.endswith(".sock") else path + ".json"
+    _write_json(info, {"pid": os.getpid(), "prefix": sys.prefix, "idle": idle, "parked_at": time.time()})
+    answer.write(json.dumps({"parked": True, "pid": os.getpid()}) + "\n")
+    answer.close()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    if _lifeline is not None:
+        os.close(_lifeline)
+        _lifeline = None
+    mine = os.stat(path).st_ino
+    deadline = time.monotonic() + idle
+    try:
+        while True:
+            # every few seconds: a server whose socket is gone (its folder removed, or another
+            # bound in its place) can be reached by no sweep, so it goes
+            if not select.select([sock], [], [], max(0.0, min(5.0, deadline - time.monotonic())))[0]:
+                if time.monotonic() >= deadline or not _still_bound(path, mine):
+                    return None  # idle for too long, or unreachable
+                continue
+            conn, _ = sock.accept()
+            with conn:
+                conn.settimeout(10)
+                try:
+                    message, fds, _, _ = socket.recv_fds(conn, 65536, 4)
+                    data = json.loads(message or b"{}")
+                except (OSError, ValueError):
+                    continue
+                if data.get("quit") or len(fds) != 4:
+                    for fd in fds:
+                        os.close(fd)
+                    if data.get("quit"):
+                        return None
+                    continue
+                for gone in (path, info):  # no other sweep finds this server from now on
+                    with contextlib.suppress(OSError):
+                        os.unlink(gone)
+                try:
+                    conn.sendall(json.dumps({"pid": os.getpid()}).encode())
+                except OSError:
+                    for fd in fds:
+                        os.close(fd)
+                    return None
+            return _adopt_sweep(data, fds), list(data.get("preload", []))
+    finally:
+        sock.close()
+        for gone in (path, info):
+            with contextlib.suppress(OSError):
+                if os.path.exists(gone) and _parked_by_me(info):
+                    os.unlink(gone)
+
+
+def _still_bound(path: str, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def _parked_by_me(info: str) -> bool:
+    try:
+        with open(info) as fh:
+            return bool(json.load(fh).get("pid") == os.getpid())
+    except (OSError, ValueError):
+        return False
+
+
+def _adopt_sweep(data: dict[str, Any], fds: list[int]) -> Any:
+    """Take the attaching sweep's stdin, stdout (the answer file, returned), log and lifeline,
+    its per-cell variables and its cell folder."""
+    global _lifeline
+    stdin, stdout, log, lifeline = fds
+    os.dup2(stdin, 0)
+    os.dup2(log, 2)
+    os.dup2(log, 1)
+    for fd in (stdin, log):
+        os.close(fd)
+    _lifeline = lifeline
+    for name, value in dict(data.get("env", {})).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    os.chdir(data["cwd"])
+    return os.fdopen(stdout, "w")
+
+
+def _serve_again(answer: Any, wanted: list[dict[str, Any]]) -> None:
+    """The ready line of a kept server: what of `wanted` it had loaded already, and what it
+    imported now (checked for CUDA as a start is; the sweep restarts without any culprit)."""
+    have = [e for e in wanted if e["modules"] and all(m in sys.modules for m in e["modules"])]
+    with _guarded():
+        report = _preload([e for e in wanted if e not in have])
+    _log_preload("server", report)
+    names = {e["name"] for e in have} | set(report["ready"])
+    report["ready"] = [e["name"] for e in wanted if e["name"] in names]
+    report["kept"] = True
+    report["pid"] = os.getpid()
+    answer.write(json.dumps(report) + "\n")
+    answer.flush()
 
 
 # -- the zygote -------------------------------------------------------------------------------

@@ -26,9 +26,10 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from harness.analysis.interpret import RawRun
 from harness.inputs import bundled
+from harness.running import kept
 from harness.running.envs import uv_binary
 from harness.running.processes import CELL_DIR_ENV, CHILD, child_env, kill_group, lifeline
-from harness.running.zygote import TORCH_TOPS
+from harness.running.zygote import TORCH_TOPS, ForkedServer
 
 if TYPE_CHECKING:
     from harness.running.zygote import Zygote, ZygotePool
@@ -124,8 +125,11 @@ class CellRunner:
         avoid: set[str] | None = None,
         learned: list[str] | None = None,
         zygotes: ZygotePool | None = None,
+        keep: float = 0.0,
     ) -> None:
         self.python = python
+        #: seconds a server waits, parked, for the next sweep of this cell (`kept.py`); 0: it exits
+        self.keep = keep
         self.isolation = isolation
         # Modules known (from earlier cells) to initialise CUDA at import are not even tried.
         self.avoid = set(avoid or ())
@@ -148,6 +152,8 @@ class CellRunner:
         self._buffer = b""
         self.server_start_seconds = 0.0
         self.server_starts = 0  # each start of the fork server, restarts included
+        self.servers_kept = 0  # servers an earlier sweep kept, taken instead of a start
+        self.kept_seconds = 0.0  # attaching to them, their imports of what they lacked included
         self.cuda_restarts = 0  # of those, starts again without modules that initialised CUDA
         self.preloaded: list[str] = []
         self.cuda_initialized_by = ""
@@ -176,7 +182,8 @@ class CellRunner:
 
     def close(self) -> None:
         self.kill_running()  # a sweep stopped mid-scenario (SIGTERM, Ctrl-C, an error)
-        self._stop_server()
+        if not (self.keep and self._park_server()):
+            self._stop_server()
         self._tmp.cleanup()
 
     def kill_running(self) -> None:
@@ -198,7 +205,9 @@ class CellRunner:
         preload_file = self.tmp / "preload.json"
         preload_file.write_text(json.dumps(self.entries))
         argv = [str(CHILD), "serve", "--preload-file", str(preload_file)]
-        ready = self._fork_from_zygote(argv) if self.zygotes is not None else None
+        ready = self._from_kept() if self.keep and not self.cuda_restarts else None
+        if ready is None and self.zygotes is not None:
+            ready = self._fork_from_zygote(argv)
         if ready is None:
             self.zygote = None
             self._attach(
@@ -219,8 +228,12 @@ class CellRunner:
             raise RuntimeError(f"the fork server did not start: {_tail(self.tmp / 'server.log', 2000)}")
         self.preloaded = list(ready["ready"])
         self.preload_seconds = dict(ready.get("seconds", {}))
-        self.server_start_seconds += time.monotonic() - started
-        self.server_starts += 1
+        if ready.get("kept"):
+            self.kept_seconds += time.monotonic() - started
+            self.servers_kept += 1
+        else:
+            self.server_start_seconds += time.monotonic() - started
+            self.server_starts += 1
         found = [str(m) for m in ready.get("cuda_culprits") or [ready.get("cuda_initialized_by")] if m]
         if found:
             # These modules made CUDA unusable in a fork, which a forked scenario could not
@@ -234,6 +247,63 @@ class CellRunner:
             self.entries = without_culprits(self.entries, self.avoid | set(self.cuda_culprits))
             self.cuda_restarts += 1
             self._start_server()
+
+    def _from_kept(self) -> dict[str, Any] | None:
+        """The ready line of a server an earlier sweep of this cell kept, attached to this runner
+        (its pipes, log, lifeline, variables and folder); None where none is parked."""
+        try:
+            path = kept.socket_path(kept.server_key(self.python, self.env))
+        except OSError:
+            return None
+        if not path.exists():
+            return None
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        message = {"env": kept.per_cell(self.env), "cwd": str(self.tmp), "preload": self.entries}
+        try:
+            pid = kept.attach(path, [stdin_r, stdout_w, self._server_log.fileno(), lifeline()], message)
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        if pid is None:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            return None
+        self._attach(ForkedServer(pid, stdin_w, stdout_r))
+        ready = self._read_line(SERVER_START_TIMEOUT)
+        if ready is None or "ready" not in ready:
+            self._stop_server()
+            self._server_log = (self.tmp / "server.log").open("w")
+            return None
+        return ready
+
+    def _park_server(self) -> bool:
+        """Leave the server parked for the next sweep of this cell (`kept.py`), rather than
+        stopping it; False where it cannot be (it died, too many are parked, no private folder)."""
+        server = self._server
+        if server is None or server.poll() is not None or server.stdin is None:
+            return False
+        try:
+            if not kept.room():
+                return False
+            path = kept.socket_path(kept.server_key(self.python, self.env))
+            server.stdin.write((json.dumps({"park": str(path), "idle": self.keep}) + "\n").encode())
+            server.stdin.flush()
+            # parked once it says so: the next sweep of this cell, even one right after, finds it
+            answer = self._read_line(10)
+        except OSError:
+            return False
+        if answer is None or not answer.get("parked"):
+            return False  # another server of this cell is parked: this one exits (stopped below)
+        self._server = None
+        if self._selector:
+            self._selector.close()
+            self._selector = None
+        for end in (server.stdin, server.stdout):
+            if end is not None:
+                end.close()
+        self._server_log.close()
+        return True
 
     def _fork_from_zygote(self, argv: list[str]) -> dict[str, Any] | None:
         """The server's ready line, forked from a zygote; None where no zygote can serve this cell."""

@@ -87,6 +87,7 @@ class SweepOptions:
     lookahead: bool = True  # a job prepares its next cell while it runs one
     zygote: bool = True  # fork servers from one torch zygote per torch build (and learned preloads)
     help_tail: bool = True  # with several jobs: once no cell is left, idle jobs share the running ones
+    keep_servers: float = 0.0  # seconds each cell's fork server stays parked for the next sweep (running/kept.py)
     # A team's pytest suite as the checks (`harness/running/testsuite.py`): test paths under `tests_root`
     # (the folder where the team types `pytest`), pytest's -k and -m, and the suite's own test
     # dependencies, installed in every cell beside pytest and the plugins its configuration names.
@@ -301,6 +302,8 @@ class Ledger:
     envs_built: int = 0  # envs built (not reused): what a probe of refinement or bisection costs
     server_start_seconds: float = 0.0
     server_starts: int = 0
+    servers_kept: int = 0  # servers an earlier sweep kept, attached instead of started
+    kept_seconds: float = 0.0
     cuda_restarts: int = 0  # of those, starts again without modules found to initialise CUDA
     cuda_chains: dict[str, None] = field(default_factory=dict)  # "peft → … → bitsandbytes.cextension", as found
     scenario_seconds: float = 0.0
@@ -321,6 +324,8 @@ class Ledger:
         """A runner's fork-server starts (a spare's too: it was paid for), and the CUDA chains they found."""
         self.server_start_seconds += runner.server_start_seconds
         self.server_starts += runner.server_starts
+        self.servers_kept += runner.servers_kept
+        self.kept_seconds += runner.kept_seconds
         self.cuda_restarts += runner.cuda_restarts
         self.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
 
@@ -330,8 +335,10 @@ class Ledger:
 
     def line(self, zygotes: str, culprits: str) -> str:
         tail = ""
+        if self.servers_kept:
+            tail += f", kept from an earlier sweep {self.kept_seconds:.1f} s ({self.servers_kept})"
         if self.helpers or self.spares_unused:
-            tail = f", tail help: {self.helpers} server(s) ({self.helpers_ahead} started ahead, {self.spares_unused} unused)"
+            tail += f", tail help: {self.helpers} server(s) ({self.helpers_ahead} started ahead, {self.spares_unused} unused)"
         return (
             f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
             f" ({self.server_starts}, {self.cuda_restarts} for CUDA; slowest imports: {_slowest(self.imports)}){tail},"
@@ -634,6 +641,7 @@ class Sweep:
             avoid=avoid,
             learned=learned,
             zygotes=self.zygotes,
+            keep=self.plan.options.keep_servers,
         )
         try:
             # Preload now, holding no GPU lock (a two-GPU scenario must not wait on imports),

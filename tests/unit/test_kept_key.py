@@ -1,0 +1,48 @@
+"""Which differences give a kept fork server another key (`kept.server_key`): a table of cases."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.running import kept
+
+BASE = {"PATH": "/tmp/a/bin:/usr/bin", "HOME": "/root", "OMP_NUM_THREADS": "2", "HARNESS_CELL_DIR": "/tmp/a/cell"}
+
+
+@pytest.mark.parametrize(
+    "change,same",
+    [
+        ({"PATH": "/tmp/b/bin:/usr/bin"}, True),  # the runner's pip shim folder: per cell
+        ({"HARNESS_CELL_DIR": "/tmp/b/cell"}, True),
+        ({"VIRTUAL_ENV": "/somewhere"}, True),
+        ({"PWD": "/elsewhere", "OLDPWD": "/x", "SHLVL": "3", "_": "/usr/bin/env"}, True),  # the shell's bookkeeping
+        ({"HARNESS_PRELOAD_LOG": "/tmp/log-2.jsonl"}, True),
+        ({"HARNESS_LIFELINE_FD": "9"}, True),
+        ({"OMP_NUM_THREADS": "3"}, False),  # torch reads it at import
+        ({"HF_HOME": "/data/hf"}, False),  # huggingface_hub reads it at import
+        ({"CUDA_VISIBLE_DEVICES": "1"}, False),
+        ({"HARNESS_BYTECODE_DIR": "/other"}, False),
+    ],
+)
+def test_what_changes_the_key(change: dict[str, str], same: bool) -> None:
+    before = kept.server_key(sys.executable, BASE)
+    after = kept.server_key(sys.executable, {**BASE, **change})
+    assert (before == after) is same
+
+
+def test_another_interpreter_is_another_key(tmp_path: Path) -> None:
+    other = tmp_path / "bin" / "python"
+    other.parent.mkdir()
+    other.symlink_to(sys.executable)
+    assert kept.server_key(str(other), BASE) != kept.server_key(sys.executable, BASE)
+
+
+def test_per_cell_sends_every_volatile_variable_and_unsets_the_missing() -> None:
+    sent = kept.per_cell({**BASE, "PWD": "/w"})
+    assert sent["PATH"] == BASE["PATH"] and sent["PWD"] == "/w"
+    assert sent["VIRTUAL_ENV"] is None  # unset in this sweep: the server drops the last one's
+    assert "HARNESS_LIFELINE_FD" not in sent  # handed over as a descriptor, not a number
+    assert "OMP_NUM_THREADS" not in sent
