@@ -17,6 +17,8 @@
 #             matrix's `preload` instead of the learned modules (HARNESS_LEARNED_PRELOAD=0)
 #   pyc       share, with the modules' bytecode shared by every env (running/bytecode.py, the
 #             default since #30 item 3; the modes above keep it off: HARNESS_BYTECODE=0)
+#   keep      pyc, each sweep keeping its cells' fork servers for the next (--keep-servers 900,
+#             running/kept.py): a re-sweep attaches to them instead of starting servers
 # `peer` then runs each scenario as a fresh `python scenario.py` in base's envs (the naive peer).
 # Everything lands in OUTDIR/levers.tar.gz (logs, outcomes, per-preload seconds as JSON lines
 # from HARNESS_PRELOAD_LOG, each env's learned harness-imports.json) and OUTDIR/summary.txt.
@@ -25,6 +27,8 @@ packed=$1 out=$2
 shift 2
 tmp=${TMPDIR:-/tmp}
 deps=$tmp/harness-deps work=$tmp/levers
+# a warm runner keeps the last call's folder: its results files would make every sweep a resume
+rm -rf "$work"
 mkdir -p "$deps" "$out" "$work"
 trap 'tar -czf "$out/levers.tar.gz" -C "$work" . ; cp "$work/summary.txt" "$out/" 2>/dev/null' EXIT
 say() { echo "$*" | tee -a "$work/summary.txt"; }
@@ -79,6 +83,7 @@ for spec in "$@"; do
     continue
   fi
   # The modes before shared bytecode keep it off (HARNESS_BYTECODE=0), as the harness was then.
+  flags=()
   case $mode in
     base) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 HARNESS_BYTECODE=0) ;;
     share) vars=(HARNESS_BYTECODE=0) ;;
@@ -90,6 +95,8 @@ for spec in "$@"; do
     # share, and each process's bytecode kept in one folder for every env (the default since
     # #30 item 3: running/bytecode.py); the folder starts empty, as on a fresh runner
     pyc) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pyc") ; rm -rf "$tmp/levers-xdg-pyc" ;;
+    keep) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-keep" HARNESS_KEPT_DIR="$tmp/levers-kept") flags=(--keep-servers 900)
+      rm -rf "$tmp/levers-xdg-keep" "$tmp/levers-kept" ;;
     *) say "unknown mode $mode"; continue ;;
   esac
   root=$tmp/levers-root-$mode cache=$tmp/levers-cache-$mode
@@ -102,10 +109,13 @@ for spec in "$@"; do
     t=$EPOCHREALTIME
     env "${vars[@]}" HARNESS_PRELOAD_LOG="$work/$mode-$k-preload.jsonl" UV_CACHE_DIR="$cache" \
       timeout --signal=TERM 400 python3 -m harness sweep --matrix "$matrix" --device cuda --db "$work/$mode-$k.jsonl" \
-      --env-root "$root" --run-id "levers-$mode-$k" --no-progress --no-refine > "$work/$mode-$k.log" 2>&1 \
+      --env-root "$root" --run-id "levers-$mode-$k" --no-progress --no-refine "${flags[@]}" > "$work/$mode-$k.log" 2>&1 \
       || say "$mode sweep $k: harness exited $?"
     say "$mode sweep $k: $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t }") s wall; $(grep '^time:' "$work/$mode-$k.log" | head -n 1)"
   done
+  if [[ $mode == keep ]]; then
+    env "${vars[@]}" python3 -m harness servers --stop >> "$work/$mode-servers.log" 2>&1
+  fi
   for env in "$root"/*/; do
     [ -f "$env/harness-imports.json" ] && cp "$env/harness-imports.json" "$work/$mode-imports-$(basename "$env").json"
   done
