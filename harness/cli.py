@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
+#: `--keep-servers auto` on a machine with GPUs: each cell's server parks for 15 idle minutes.
+KEEP_WITH_GPUS = 900.0
+KEEP_ENV = "HARNESS_KEEP_SERVERS"  # --keep-servers' default where it is not given (scripts that compare sweeps set 0)
 
 
 class ProgressReporter:
@@ -172,10 +175,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-servers",
         type=_seconds,
-        default=0.0,
+        default=os.environ.get(KEEP_ENV, "auto"),
         metavar="SECONDS",
         help="keep each cell's fork server, with its imports, for the next sweep of the same cell on this machine, parked for "
-        "up to SECONDS idle (default 0: they exit with the sweep; see `harness servers`)",
+        f"up to SECONDS idle (0: they exit with the sweep). Default auto: {KEEP_WITH_GPUS:.0f} s on a machine with GPUs, "
+        f"0 without (the default's default: {KEEP_ENV}); see `harness servers`",
     )
     p.add_argument(
         "--shard",
@@ -195,14 +199,16 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
 
 
-def _seconds(text: str) -> float:
-    """`--keep-servers SECONDS`: a number of seconds, 0 or more."""
+def _seconds(text: str) -> float | str:
+    """`--keep-servers SECONDS`: a number of seconds, 0 or more, or auto."""
+    if text == "auto":
+        return text
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds between 0 and 604800, e.g. 900")
+        raise argparse.ArgumentTypeError(f"{text!r}: give --keep-servers (or {KEEP_ENV}) seconds between 0 and 604800, e.g. 900, or auto")
     return value
 
 
@@ -229,11 +235,12 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options = SweepOptions(
         args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
     )
-    options.jobs = args.jobs if isinstance(args.jobs, int) else default_jobs(options_gpus(args.gpus), os.cpu_count() or 1)
+    gpus = options_gpus(args.gpus) if args.jobs == "auto" or args.keep_servers == "auto" else 0
+    options.jobs = args.jobs if isinstance(args.jobs, int) else default_jobs(gpus, os.cpu_count() or 1)
     options.lookahead = not args.no_lookahead
     options.zygote = not args.no_zygote
     options.help_tail = not args.no_tail_help
-    options.keep_servers = args.keep_servers
+    options.keep_servers = args.keep_servers if isinstance(args.keep_servers, float) else _keep_by_default(gpus)
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     options.durations = args.durations
@@ -260,7 +267,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     progress = None if args.no_progress or args.json else ProgressReporter(console)
     on_start, on_round = (None, None) if args.json else (started, _print_round(console))
     options = _sweep_options(args)
-    if options.keep_servers:
+    if options.keep_servers and args.keep_servers != "auto":
         _kept_dir()  # a folder others could use is refused before anything runs
     done = run_sweep(
         options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
@@ -277,6 +284,16 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     console.print(done.timing, highlight=False, soft_wrap=True)  # one line, for grep
     for chain in done.cuda_chains:  # why a module was not preloaded, found in this sweep
         console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
+    if options.keep_servers:
+        from harness.running import kept
+
+        parked = len(kept.parked())
+        console.print(
+            f"{parked} fork server(s) parked on this machine for the next sweep of their cells, each until "
+            f"{options.keep_servers:.0f} s idle; `harness servers --stop` ends them",
+            highlight=False,
+            soft_wrap=True,
+        )
     render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
     return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass
 
@@ -1007,6 +1024,20 @@ def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
     else:
         print("\n".join(report.text()))
     return report.exit_status
+
+
+def _keep_by_default(gpus: int) -> float:
+    """`--keep-servers auto`: on a machine with GPUs (where a server's imports cost more than its
+    cell's scenarios, and re-sweeps are how scenarios get written) unless the socket folder is
+    unusable, which is said on stderr; off without GPUs (CI, laptops: nothing left behind)."""
+    if not gpus:
+        return 0.0
+    try:
+        _kept_dir()
+    except BadInput as exc:
+        print(f"harness: {exc}; servers are not kept", file=sys.stderr)
+        return 0.0
+    return KEEP_WITH_GPUS
 
 
 def _kept_dir() -> Path:

@@ -206,6 +206,7 @@ def test_two_sweeps_keep_their_servers_and_store_the_same_outcomes(kept_dir: Pat
         assert proc.returncode == 0, proc.stderr + proc.stdout
         runs.append(proc.stdout)
     assert "kept from an earlier sweep" not in runs[0]
+    assert "2 fork server(s) parked on this machine for the next sweep of their cells, each until 120 s idle" in runs[0]
     assert "kept from an earlier sweep" in runs[1] and "(2)" in runs[1].split("kept from an earlier sweep")[1][:20]
     one, two = outcomes(tmp_path / "one.duckdb"), outcomes(tmp_path / "two.duckdb")
     assert {k: (r["status"], r["signature"]) for k, r in one.items()} == {k: (r["status"], r["signature"]) for k, r in two.items()}
@@ -221,7 +222,7 @@ def test_two_sweeps_keep_their_servers_and_store_the_same_outcomes(kept_dir: Pat
 
 def test_bad_keep_values_and_a_shared_socket_folder_are_refused(tmp_path: Path) -> None:
     bad = run_cli("sweep", "--keep-servers", "-5", "--no-progress")
-    assert bad.returncode == 2 and "'-5': give seconds between 0 and 604800" in bad.stderr
+    assert bad.returncode == 2 and "'-5': give --keep-servers (or HARNESS_KEEP_SERVERS) seconds between 0 and 604800" in bad.stderr
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o777)
     open_dir.chmod(0o777)

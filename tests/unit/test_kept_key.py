@@ -46,3 +46,48 @@ def test_per_cell_sends_every_volatile_variable_and_unsets_the_missing() -> None
     assert sent["VIRTUAL_ENV"] is None  # unset in this sweep: the server drops the last one's
     assert "HARNESS_LIFELINE_FD" not in sent  # handed over as a descriptor, not a number
     assert "OMP_NUM_THREADS" not in sent
+
+
+@pytest.mark.parametrize(
+    "flag,gpus,expected",
+    [
+        ([], 1, 900.0),  # auto: kept where the machine has GPUs
+        ([], 0, 0.0),  # ... and not without (CI, laptops)
+        (["--keep-servers", "0"], 2, 0.0),
+        (["--keep-servers", "60"], 0, 60.0),
+        (["--keep-servers", "auto"], 4, 900.0),
+    ],
+)
+def test_keep_servers_default_follows_the_gpus(
+    flag: list[str], gpus: int, expected: float, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from harness import cli
+
+    monkeypatch.setenv(kept.KEPT_DIR_ENV, str(tmp_path / "kept"))
+    monkeypatch.setattr(cli, "options_gpus", lambda selected: gpus)
+    args = cli.build_parser().parse_args(["sweep", *flag])
+    assert cli._sweep_options(args).keep_servers == expected
+
+
+def test_auto_without_a_private_folder_keeps_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness import cli
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv(kept.KEPT_DIR_ENV, str(shared))
+    monkeypatch.setattr(cli, "options_gpus", lambda selected: 1)
+    assert cli._sweep_options(cli.build_parser().parse_args(["sweep"])).keep_servers == 0.0
+    assert "servers are not kept" in capsys.readouterr().err
+
+
+def test_the_environment_sets_the_default_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from harness import cli
+
+    monkeypatch.setenv(kept.KEPT_DIR_ENV, str(tmp_path / "kept"))
+    monkeypatch.setenv(cli.KEEP_ENV, "0")
+    monkeypatch.setattr(cli, "options_gpus", lambda selected: 1)
+    assert cli._sweep_options(cli.build_parser().parse_args(["sweep"])).keep_servers == 0.0
+    assert cli._sweep_options(cli.build_parser().parse_args(["sweep", "--keep-servers", "30"])).keep_servers == 30.0
