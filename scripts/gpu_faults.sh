@@ -8,6 +8,9 @@
 # leftovers.txt (processes the wedged scenario left, if any), and check.txt: each fault's status
 # against what the harness should say (tests/gpu_faults/check.py). Exits with check.py's status.
 set -uo pipefail
+# The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
+# with GPUs) are ended first, so nothing outlives it.
+trap '"${PYTHON:-python3}" -m harness servers --stop > /dev/null 2>&1 || true' EXIT
 out=${1:?usage: bash scripts/gpu_faults.sh OUTDIR}
 base=${PYTHON:-/opt/torch/.venv/bin/python3}
 mkdir -p "$out"

@@ -11,6 +11,9 @@
 # and OUTDIR/walls.tsv; `python benchmarks/outside_share.py OUTDIR` prints the share of each
 # wall outside the scenario files' own code.
 set -euo pipefail
+# Sweeps compared with each other start their own fork servers, as when this was first measured:
+# none takes a server an earlier sweep kept (--keep-servers auto keeps them on a GPU machine).
+export HARNESS_KEEP_SERVERS=0
 matrix=$1 before=$2 out=$3
 shift 3
 scenarios=()

@@ -30,7 +30,7 @@ deps=$tmp/harness-deps work=$tmp/levers
 # a warm runner keeps the last call's folder: its results files would make every sweep a resume
 rm -rf "$work"
 mkdir -p "$deps" "$out" "$work"
-trap 'tar -czf "$out/levers.tar.gz" -C "$work" . ; cp "$work/summary.txt" "$out/" 2>/dev/null' EXIT
+trap 'python3 -m harness servers --stop > /dev/null 2>&1; tar -czf "$out/levers.tar.gz" -C "$work" . ; cp "$work/summary.txt" "$out/" 2>/dev/null' EXIT
 say() { echo "$*" | tee -a "$work/summary.txt"; }
 
 t0=$EPOCHREALTIME
@@ -83,7 +83,7 @@ for spec in "$@"; do
     continue
   fi
   # The modes before shared bytecode keep it off (HARNESS_BYTECODE=0), as the harness was then.
-  flags=()
+  flags=(--keep-servers 0)  # every mode but keep starts its servers, as when first measured
   case $mode in
     base) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 HARNESS_BYTECODE=0) ;;
     share) vars=(HARNESS_BYTECODE=0) ;;

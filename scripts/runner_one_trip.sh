@@ -9,6 +9,9 @@
 # sweep gets SWEEP_LIMIT seconds (default 540), then SIGTERM: it stops as on Ctrl-C, and a rerun
 # with the same file resumes.
 set -euo pipefail
+# The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
+# with GPUs) are ended first, so nothing outlives it.
+trap '"${PYTHON:-python3}" -m harness servers --stop > /dev/null 2>&1 || true' EXIT
 matrix=$1 packed=$2 out=$3
 shift 3
 deps=${TMPDIR:-/tmp}/harness-deps

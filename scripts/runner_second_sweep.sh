@@ -11,6 +11,9 @@
 # server that preloaded bitsandbytes) and once as a plain script in the same env: both lines go
 # to OUTDIR/bnb-preloaded.txt, and must agree on the native library and the checksum.
 set -euo pipefail
+# The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
+# with GPUs) are ended first, so nothing outlives it.
+trap '"${PYTHON:-python3}" -m harness servers --stop > /dev/null 2>&1 || true' EXIT
 matrix=$1 out=$2 n=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
 deps=${TMPDIR:-/tmp}/harness-deps

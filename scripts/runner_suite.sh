@@ -9,6 +9,9 @@
 #
 # Writes OUTDIR/sweep-{1,2}.{jsonl,log} and OUTDIR/plain-<cell>.txt.
 set -euo pipefail
+# The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
+# with GPUs) are ended first, so nothing outlives it.
+trap '"${PYTHON:-python3}" -m harness servers --stop > /dev/null 2>&1 || true' EXIT
 matrix=$1 root=$2 out=$3
 shift 3
 deps=${TMPDIR:-/tmp}/harness-deps

@@ -5,6 +5,9 @@
 # writing its own .jsonl shard; merge them afterwards with `harness merge`.
 #   scripts/runner_sweep.sh MATRIX OUTDIR [N] [extra harness sweep args...]
 set -euo pipefail
+# The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
+# with GPUs) are ended first, so nothing outlives it.
+trap '"${PYTHON:-python3}" -m harness servers --stop > /dev/null 2>&1 || true' EXIT
 matrix=$1 out=$2 n=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
 deps=${TMPDIR:-/tmp}/harness-deps

@@ -23,6 +23,9 @@
 #   python benchmarks/gpu_throughput.py OUTDIR
 # prints the two modes side by side, shard by shard.
 set -euo pipefail
+# Sweeps compared with each other start their own fork servers, as when this was first measured:
+# none takes a server an earlier sweep kept (--keep-servers auto keeps them on a GPU machine).
+export HARNESS_KEEP_SERVERS=0
 matrix=$1 out=$2 budget=$3 nshards=${4:-3}
 start=$SECONDS
 tag=${RUN_TAG:-$(date -u +%Y%m%d)}  # a rerun on another day is another run, not a resume of the old one
