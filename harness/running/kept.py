@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.running import scratch
 from harness.running.child import LIFELINE_ENV, PRELOAD_LOG_ENV
-from harness.running.processes import CELL_DIR_ENV, CHILD
+from harness.running.processes import CHILD
 from harness.running.zygote import PER_CELL_VARIABLES, torch_record
 
 #: Where the sockets live (default: $XDG_RUNTIME_DIR/compat-harness, else /tmp/compat-harness-UID).
@@ -44,7 +44,7 @@ ATTACH_TIMEOUT = 10.0
 #: Set per sweep or per cell, read by nothing at import: sent to the server when a sweep attaches,
 #: never part of its key. The shell's own bookkeeping (PWD, SHLVL, ...) would otherwise make a
 #: sweep started from another folder miss every server.
-VOLATILE = (*PER_CELL_VARIABLES, CELL_DIR_ENV, LIFELINE_ENV, PRELOAD_LOG_ENV, "PWD", "OLDPWD", "_", "SHLVL")
+VOLATILE = (*PER_CELL_VARIABLES, LIFELINE_ENV, PRELOAD_LOG_ENV, "PWD", "OLDPWD", "_", "SHLVL")
 
 
 #: A Unix socket's path holds at most 107 bytes; a socket's name here is 16 hex digits and ".sock".

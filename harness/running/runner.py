@@ -295,10 +295,7 @@ class CellRunner:
             return False
         if answer is None or not answer.get("parked"):
             return False  # another server of this cell is parked: this one exits (stopped below)
-        self._server = None
-        if self._selector:
-            self._selector.close()
-            self._selector = None
+        self._let_go()
         for end in (server.stdin, server.stdout):
             if end is not None:
                 end.close()
@@ -335,13 +332,19 @@ class CellRunner:
         self._selector.register(server.stdout, selectors.EVENT_READ)
         self._buffer = b""
 
-    def _stop_server(self) -> None:
-        if self._server is None:
-            return
+    def _let_go(self) -> Server:
+        """Forget the server (it is stopped or parked by the caller) and stop watching its output."""
+        assert self._server is not None
         server, self._server = self._server, None
         if self._selector:
             self._selector.close()
             self._selector = None
+        return server
+
+    def _stop_server(self) -> None:
+        if self._server is None:
+            return
+        server = self._let_go()
         try:
             if server.stdin:
                 server.stdin.close()
