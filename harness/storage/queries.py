@@ -29,6 +29,13 @@ _FAILING = ", ".join(f"'{s}'" for s in sorted(FAILURES))
 _NOT_A_FAILURE = f"status NOT IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}', '{Status.INCONCLUSIVE}', '{Status.XFAIL}', '{Status.XPASS}')"
 
 
+#: Every stored outcome row, the current state's and the history's (columns both have).
+_EVERY_ROW = (
+    "SELECT run_id, cell_id, scenario, repeat, status, started_at FROM outcomes UNION ALL "
+    "SELECT run_id, cell_id, scenario, repeat, status, started_at FROM history"
+)
+
+
 def _decode(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
     for row in rows:
         for column in columns:
@@ -156,8 +163,11 @@ def outcome_rows_with_traces(
 
 
 def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
-    """Every stored status of one scenario in one cell, over all runs, oldest first (bisection reuses them)."""
-    rows = store.fetch("SELECT status FROM outcomes WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario])
+    """Every stored status of one scenario in one cell, its history's spans and its current state, oldest
+    first (bisection reuses them)."""
+    rows = store.fetch(
+        f"SELECT status FROM ({_EVERY_ROW}) WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario]
+    )
     return [r["status"] for r in rows]
 
 
@@ -189,20 +199,22 @@ def cell_outcomes(store: SqlResultsFile, cell_id: str, runs: Sequence[str] = ())
 
 
 def outcome_count(store: SqlResultsFile, run_id: str) -> int:
-    """Outcomes stored for one run (a live sweep's "done")."""
-    return int(store.fetch("SELECT count(*) AS n FROM outcomes WHERE run_id = ?", [run_id])[0]["n"])
+    """Outcomes stored for one run, current or since superseded (a live sweep's "done")."""
+    return int(store.fetch(f"SELECT count(*) AS n FROM ({_EVERY_ROW}) WHERE run_id = ?", [run_id])[0]["n"])
 
 
 def row_count(store: SqlResultsFile, table: str = "outcomes") -> int:
-    """Rows in one of the tables outcomes, cells, runs."""
-    if table not in ("outcomes", "cells", "runs"):
+    """Rows in one of the tables outcomes (the current state), history, cells, runs."""
+    if table not in ("outcomes", "history", "cells", "runs"):
         raise ValueError(table)
+    if table == "history" and not store.has_table("history"):
+        return 0
     return int(store.fetch(f"SELECT count(*) AS n FROM {table}")[0]["n"])
 
 
 def duplicate_key_count(store: SqlResultsFile) -> int:
-    """Outcome keys stored more than once (0 in a healthy file: outcomes are append-only)."""
-    sql = "SELECT count(*) AS n FROM (SELECT run_id, cell_id, scenario, repeat FROM outcomes GROUP BY ALL HAVING count(*) > 1)"
+    """Outcome keys stored more than once, current or history (0 in a healthy file: outcomes are append-only)."""
+    sql = f"SELECT count(*) AS n FROM (SELECT run_id, cell_id, scenario, repeat FROM ({_EVERY_ROW}) GROUP BY ALL HAVING count(*) > 1)"
     return int(store.fetch(sql)[0]["n"])
 
 
@@ -219,16 +231,21 @@ def runs(store: SqlResultsFile) -> dict[str, dict[str, Any]]:
 
 
 def durations(store: SqlResultsFile, exclude_run: str = "", *, suites: bool = True) -> dict[str, dict[str, float]]:
-    """cell id -> node id (or scenario) -> mean stored seconds, over every run but `exclude_run`:
-    what shards are balanced by (`running.shards`). `suites`: only the runs that ran a pytest
-    suite (their settings name `tests`), else only those that did not."""
+    """cell id -> node id (or scenario) -> its seconds in the newest run before `exclude_run` that
+    ran it (mean over its repeats): what shards are balanced by (`running.shards`), as
+    pytest-split keeps each test's latest duration. The current state holds them: a row of
+    `exclude_run` (a sweep resumed in its own run) gives the seconds of the observation before
+    it (`seconds_before`), so a rerun cuts its cells where the first start did. `suites`: only
+    the runs that ran a pytest suite (their settings name `tests`), else only those that did not."""
     has = "json_extract(r.settings, '$.tests') IS NOT NULL"
+    before = "o.seconds_before" if "seconds_before" in _columns(store, "outcomes") else "NULL"
+    seconds = f"CASE WHEN o.run_id = ? THEN {before} ELSE coalesce(o.seconds, 0) END"
     sql = (
-        "SELECT o.cell_id, o.scenario, avg(coalesce(o.seconds, 0)) AS seconds FROM outcomes o JOIN runs r ON r.run_id = o.run_id "
-        f"WHERE o.run_id <> ? AND {has if suites else 'NOT ' + has} GROUP BY o.cell_id, o.scenario"
+        f"SELECT o.cell_id, o.scenario, avg({seconds}) AS seconds FROM outcomes o JOIN runs r ON r.run_id = o.run_id "
+        f"WHERE {has if suites else 'NOT ' + has} GROUP BY o.cell_id, o.scenario HAVING count({seconds}) > 0"
     )
     found: dict[str, dict[str, float]] = {}
-    for row in store.fetch(sql, [exclude_run]):
+    for row in store.fetch(sql, [exclude_run, exclude_run]):
         found.setdefault(row["cell_id"], {})[row["scenario"]] = float(row["seconds"])
     return found
 
@@ -336,13 +353,15 @@ def overview(store: SqlResultsFile) -> dict[str, Any]:
 
 
 def run_summaries(store: SqlResultsFile) -> list[dict[str, Any]]:
-    """One row per run: where it ran, when (its outcomes' span), how much it holds; newest first."""
+    """One row per run: where it ran, when (its outcomes' span), how much it holds (current and
+    history rows whose newest observation it is); newest first."""
     return store.fetch(
         """
         WITH o AS (
             SELECT run_id, min(started_at) AS first, max(started_at) AS last, count(*) AS outcomes,
                    count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios
-            FROM outcomes GROUP BY run_id
+            FROM (SELECT run_id, cell_id, scenario, started_at FROM outcomes UNION ALL SELECT run_id, cell_id, scenario, started_at FROM history)
+            GROUP BY run_id
         )
         SELECT r.run_id, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu, r.harness_version,
                o.first, o.last, COALESCE(o.outcomes, 0) AS outcomes, COALESCE(o.cells, 0) AS cells,

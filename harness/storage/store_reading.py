@@ -11,6 +11,7 @@ from __future__ import annotations
 import duckdb
 
 from harness.errors import StoreError
+from harness.storage.history import lay_over
 from harness.storage.journal import journals, pending
 from harness.storage.store_file import DbFile, identity
 from harness.storage.store_rows import Rows, insert_many
@@ -28,7 +29,8 @@ def open_snapshot(db: DbFile) -> duckdb.DuckDBPyConnection:
         before = identity(db.where)
         con = db.connect(read_only=True, wait=db.lock_wait)
         try:
-            overlay(con, db.where)
+            catalog, journaled = overlay(con, db.where)
+            lay_over(con, catalog, "temp.journal_outcomes" if journaled else None, journaled)
             current_view(con)
         except BaseException:
             con.close()
@@ -39,23 +41,26 @@ def open_snapshot(db: DbFile) -> duckdb.DuckDBPyConnection:
     raise StoreError(f"{db.path!r} was replaced 20 times while being opened; rerun (are writers folding it in a loop?)")
 
 
-def overlay(con: duckdb.DuckDBPyConnection, db: str) -> None:
-    """Shadow runs, cells, outcomes and releases with temporary views that add the journals'
-    unfolded records, in this connection only (a read-only connection may create TEMP objects,
-    and unqualified names, `outcomes_v`'s included, resolve to them first).
+def overlay(con: duckdb.DuckDBPyConnection, db: str) -> tuple[str, set[tuple[str, str]]]:
+    """Shadow runs, cells and releases with temporary views that add the journals' unfolded
+    records, in this connection only (a read-only connection may create TEMP objects, and
+    unqualified names, `outcomes_v`'s included, resolve to them first); the journals' outcomes go
+    into temp table `journal_outcomes`, for `history.lay_over` to settle over the file's.
 
     Each record is taken as a fold would write it: the first outcome or run of a key, the last
-    cell and list of releases; a key already in the file keeps its row.
+    cell and list of releases; a key already in the file keeps its row. Returns the file's
+    catalog name and the (cell, test) of the journaled outcomes.
     """
+    row = con.execute("SELECT current_database()").fetchone()
+    name = str(row[0] if row else "")
     if not journals(db):
-        return
+        return name, set()
     found = pending(db, folded(con))
     if not found:
-        return
+        return name, set()
     found_rows = Rows.of(found.all())
     releases = found_rows.releases
-    row = con.execute("SELECT current_database()").fetchone()
-    catalog = '"' + str(row[0] if row else "").replace('"', '""') + '"'
+    catalog = '"' + name.replace('"', '""') + '"'
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
     keys = {
         "outcomes": ("run_id", "cell_id", "scenario", "repeat"),
@@ -78,6 +83,8 @@ def overlay(con: duckdb.DuckDBPyConnection, db: str) -> None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE journal_{table} AS SELECT * FROM {catalog}.main.{table} LIMIT 0")
         insert_many(con, f"temp.journal_{table}", names, ([r[i] for i in chosen] for r in rows))
         match = " AND ".join(f"j.{k} = t.{k}" for k in keys[table])
+        if table == "outcomes":
+            continue  # settled over the file's current state and history by `history.lay_over`
         if rule == "keep":  # the file's row wins: a fold would do nothing for this key
             sql = (
                 f"SELECT * FROM {catalog}.main.{table} UNION ALL BY NAME "
@@ -93,3 +100,8 @@ def overlay(con: duckdb.DuckDBPyConnection, db: str) -> None:
                 f"UNION ALL BY NAME SELECT * FROM temp.journal_{table}"
             )
         con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS {sql}")
+    touched = {(str(r[_CELL]), str(r[_TEST] or r[_NODE])) for r in found_rows.outcomes.values()}
+    return name, touched if "outcomes" in tables else set()
+
+
+_CELL, _NODE, _TEST = (OUTCOME_COLUMNS.index(c) for c in ("cell_id", "scenario", "test_id"))

@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from harness.storage.history import settle
 from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_COLUMNS, RUN_COLUMNS, now
 
 
@@ -114,14 +115,29 @@ class Rows:
 
 
 def apply(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> int:
-    """Write records into the tables, as their writers meant them (`Rows`); returns the outcomes added."""
+    """Write records into the tables, as their writers meant them (`Rows`), and settle the
+    current state of the tests they touched (`history.settle`); returns the outcomes added."""
     rows = Rows.of(records)
     insert_many(con, "runs", RUN_COLUMNS, rows.runs.values(), "nothing")
     insert_many(con, "cells", CELL_COLUMNS, rows.cells.values(), "replace")
     for (run_id, axis), listed in rows.releases.items():
         con.execute("DELETE FROM releases WHERE run_id = ? AND axis = ?", [run_id, axis])
         insert_many(con, "releases", RELEASE_COLUMNS, listed, "nothing")
-    return insert_many(con, "outcomes", OUTCOME_COLUMNS, rows.outcomes.values(), "nothing", counted=True)
+    columns = _present(con, "outcomes", OUTCOME_COLUMNS)
+    picked = [OUTCOME_COLUMNS.index(c) for c in columns]
+    added = insert_many(con, "outcomes", columns, ([row[i] for i in picked] for row in rows.outcomes.values()), "nothing", counted=True)
+    if added:
+        settle(con, {(str(row[_CELL]), str(row[_TEST] or row[_NODE])) for row in rows.outcomes.values()})
+    return added
+
+
+_CELL, _NODE, _TEST = (OUTCOME_COLUMNS.index(c) for c in ("cell_id", "scenario", "test_id"))
+
+
+def _present(con: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str]) -> list[str]:
+    """`columns` that `table` has (a connection held on a file a migration has not reached yet lacks the later ones)."""
+    have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    return [c for c in columns if c in have]
 
 
 def merge_records(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> int:
@@ -137,7 +153,9 @@ def merge_records(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, An
 
 
 def merge_database(con: duckdb.DuckDBPyConnection, path: Path) -> int:
-    """Bring another DuckDB results file in, in one transaction; returns the outcomes added."""
+    """Bring another DuckDB results file in, in one transaction, and settle the current state
+    again (`history.settle`: the newest run of each test wins, whichever file it came from);
+    returns the outcomes added (current or history)."""
     before = _count(con)
     con.execute("ATTACH ? AS other (READ_ONLY)", [str(path)])
     try:
@@ -146,15 +164,25 @@ def merge_database(con: duckdb.DuckDBPyConnection, path: Path) -> int:
         con.execute("INSERT INTO runs BY NAME SELECT * FROM other.runs ON CONFLICT DO NOTHING")
         con.execute("INSERT OR REPLACE INTO cells BY NAME SELECT * FROM other.cells")
         con.execute("INSERT INTO outcomes BY NAME SELECT * FROM other.outcomes ON CONFLICT DO NOTHING")
+        if _attached_has(con, "history"):
+            # a span the other file kept: new here unless this file holds its row already (either table)
+            held = " AND ".join(f"t.{k} = h.{k}" for k in ("run_id", "cell_id", "scenario", "repeat"))
+            con.execute(
+                "INSERT INTO history BY NAME SELECT * FROM other.history h "
+                f"WHERE NOT EXISTS (SELECT 1 FROM outcomes t WHERE {held}) AND NOT EXISTS (SELECT 1 FROM history t WHERE {held})"
+            )
         if _attached_has(con, "releases"):
             con.execute("INSERT INTO releases BY NAME SELECT * FROM other.releases ON CONFLICT DO NOTHING")
+        added = _count(con) - before
+        if added:
+            settle(con)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
     finally:
         con.execute("DETACH other")
-    return _count(con) - before
+    return added
 
 
 # -- answers (analysis.attribution computes them; queries.transitions reads them) -------------
@@ -218,7 +246,8 @@ def replace_transitions(
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT count(*) FROM outcomes").fetchone()
+    """Rows stored, current and history: what a merge adds to."""
+    row = con.execute("SELECT (SELECT count(*) FROM outcomes) + (SELECT count(*) FROM history)").fetchone()
     return int(row[0]) if row else 0
 
 

@@ -42,6 +42,10 @@ FROM outcomes o
 LEFT JOIN cells c USING (run_id, cell_id)
 LEFT JOIN runs r USING (run_id)
 """
+#: `outcomes_v`'s shape over the history (`history.py`): every older span, with the run it began in.
+HISTORY_VIEW = OUTCOMES_VIEW.replace("FROM outcomes o", "FROM history o").replace(
+    "o.started_at,", "o.started_at, COALESCE(o.first_run, o.run_id) AS first_run,"
+)
 _TEST_ID_LINE = ",\n    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id"  # 0009's line of the view
 #: The view over a file whose outcomes have no `test_id` yet (written before 0009, opened by a reader).
 _VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "o.scenario AS test_id")
@@ -268,6 +272,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         "0009_test_identity",
         "ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS test_id TEXT; CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW + ";",
     ),
+    (
+        # A file kept for months: `outcomes` holds the current state (the newest run of each
+        # machine, cell and test) and `history` what came before, as spans of equal outcomes
+        # (`history.py`). `first_run`: the run a row's span began in (NULL: its own run);
+        # `seconds_before`: the seconds of the observation before it. The rows of an older file
+        # are split and merged into spans by `history.settle` right after (`_AFTER`).
+        "0010_history",
+        """
+        ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS first_run TEXT;
+        ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS seconds_before DOUBLE;
+        CREATE TABLE IF NOT EXISTS history AS SELECT * FROM outcomes LIMIT 0;
+        CREATE OR REPLACE VIEW history_v AS """
+        + HISTORY_VIEW
+        + ";",
+    ),
 )
 
 #: The columns a record becomes, as the migrations left each table (an older file may lack the later ones).
@@ -288,6 +307,8 @@ OUTCOME_COLUMNS = (
     "metrics",
     "started_at",
     "test_id",
+    "first_run",
+    "seconds_before",
 )
 CELL_COLUMNS = (
     "run_id",
@@ -322,6 +343,16 @@ def migration_names(con: duckdb.DuckDBPyConnection) -> list[str]:
         return []  # a DuckDB file the harness never wrote: the migrations add its tables
 
 
+def _split_history(con: duckdb.DuckDBPyConnection) -> None:
+    from harness.storage.history import settle  # the rules of the split live there, beside its readers
+
+    settle(con)
+
+
+#: Work a migration needs beyond its SQL, in its transaction: the rows of an older file settled.
+_AFTER = {"0010_history": _split_history}
+
+
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Apply the migrations `con`'s file lacks, each in one transaction; returns their names."""
     con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)")
@@ -333,6 +364,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(sql)
+            if name in _AFTER:
+                _AFTER[name](con)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [name, now()])
             con.execute("COMMIT")
         except Exception:
@@ -354,9 +387,14 @@ def current_view(con: duckdb.DuckDBPyConnection) -> None:
     """Lay this harness's `outcomes_v` over the file's, in this read-only connection: a file a
     reader may not migrate (one DuckDB 2.0.0 wrote) still reads. A file older than the view's
     columns keeps its own."""
-    for view in (OUTCOMES_VIEW, _VIEW_WITHOUT_TEST_IDS):
+    for view, over_history in ((OUTCOMES_VIEW, HISTORY_VIEW), (_VIEW_WITHOUT_TEST_IDS, None)):
         try:
             con.execute("CREATE OR REPLACE TEMP VIEW outcomes_v AS " + view)
-            return
         except duckdb.Error:
             continue
+        if over_history is not None:
+            try:  # a file from before the split has the `history` view `history.lay_over` made
+                con.execute("CREATE OR REPLACE TEMP VIEW history_v AS " + over_history)
+            except duckdb.Error:
+                pass
+        return

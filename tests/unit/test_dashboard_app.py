@@ -10,6 +10,10 @@ The file holds two sweep runs (a CPU host and an H200 host) and one bisection:
 
 so accelerate 1.14.0 fixes SIG_LOAD (attribution stores that), the newest set passing both
 scenarios is B, and D passes both when the GPU is held to `cpu`.
+
+The bisection's probes of accelerate 1.13.0 and 1.14.0 are cells A and B again, on the CPU and
+later: they are the current state of A's and B's `load` there (17 current outcomes of the 19
+stored; the CPU sweep's two are history, merged into the probes' spans: the same outcomes).
 """
 
 from __future__ import annotations
@@ -168,7 +172,7 @@ def texts(at: AppTest) -> str:
 def test_every_page_renders_and_names_its_data(app: AppTest, db: Path, page: str) -> None:
     run(app, page)
     banner = app.caption[0].value
-    assert str(db) in banner and "19 outcomes" in banner and "3 run(s)" in banner
+    assert str(db) in banner and "17 outcomes" in banner and "3 run(s)" in banner
     assert "NVIDIA H200, cpu" in banner  # where the data ran
 
 
@@ -270,7 +274,7 @@ def test_a_live_sweep_shows_on_every_page_with_its_progress(tmp_path: Path, monk
         assert writer.stdout.readline().strip() == "ready"
         at = AppTest.from_file(APP, default_timeout=60).run()
         assert not at.exception
-        assert "22 outcomes" in at.caption[0].value  # 19 in the file, 3 only in the sweep's journal
+        assert "20 outcomes" in at.caption[0].value  # 17 current in the file, 3 only in the sweep's journal
         live = at.info[0].value
         assert "**Live:** a sweep is writing to this file (run `r-live`" in live and "3 done · 1 running · 1 left" in live
         assert "`cell-live` · `scenario3`" in live
@@ -282,13 +286,13 @@ def test_a_live_sweep_shows_on_every_page_with_its_progress(tmp_path: Path, monk
         writer.stdin.flush()
         assert writer.stdout.readline().strip() == "added"
         at.run()  # what the page's refresher does when the file changed: no restart, no cache to clear
-        assert "23 outcomes" in at.caption[0].value and "4 done · 0 running · 1 left" in at.info[0].value
+        assert "21 outcomes" in at.caption[0].value and "4 done · 0 running · 1 left" in at.info[0].value
         # The dashboard's connection stands in no one's way: the sweep folds everything and ends.
         writer.stdin.write("end\n")
         writer.stdin.flush()
         assert writer.stdout.readline().strip() == "closed"
         at.run()
-        assert "23 outcomes" in at.caption[0].value and not any("**Live:**" in info.value for info in at.info)
+        assert "21 outcomes" in at.caption[0].value and not any("**Live:**" in info.value for info in at.info)
         assert not (tmp_path / "live.duckdb.journal").exists()
     finally:
         writer.kill()
@@ -309,7 +313,7 @@ def test_a_sweep_that_stopped_says_rerun_to_resume(tmp_path: Path, monkeypatch: 
     writer.kill()  # kill -9: no fold, no goodbye
     writer.wait()
     at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception and "22 outcomes" in at.caption[0].value  # its outcomes are not lost
+    assert not at.exception and "20 outcomes" in at.caption[0].value  # its outcomes are not lost
     warning = at.warning[0].value
     assert "stopped before it finished (run `r-live`" in warning and "3 done, 2 left" in warning and "again to resume" in warning
 
@@ -459,7 +463,7 @@ def test_cell_page_tells_the_whole_story(app: AppTest) -> None:
     assert scenarios.loc["load", "status"] == "error" and scenarios.loc["load", "blames"] == "accelerate"
     page = texts(app)
     assert "Traceback (most recent call last)" in page and "RESULT error" in page  # traceback, output tail
-    assert "started 2026-11-0" in page and "cpu · linux-x86_64" in page  # when and where
+    assert "started 2026-11-0" in page and "NVIDIA H200 · linux-x86_64" in page  # when and where
     metrics = next(d.value for d in app.dataframe if "max_abs_logit_diff" in d.value.columns)
     assert set(metrics["scenario"]) == {"load", "lora"}
     built = next(d.value for d in app.dataframe if "GPU" in d.value.columns and "env" in d.value.columns)
@@ -556,7 +560,7 @@ def test_pin_files_hold_the_full_freeze(db: Path) -> None:
 # -- the query functions the pages use -------------------------------------------------------
 def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
     with Store(db, read_only=True) as store:
-        assert queries.overview(store)["outcomes"] == 19
+        assert queries.overview(store)["outcomes"] == 17  # the current state (see the module's docstring)
         facets = queries.facets(store)
         assert facets["gpu"] == ["NVIDIA H200", "cpu"] and "1.13.1" in facets["accelerate"]
         counts = queries.matrix_counts(store, {"accelerate": ["1.14.0"], "scenario": ["lora"]})
@@ -564,7 +568,8 @@ def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
         # an axis outside the five columns is read from the cells' JSON
         assert len(queries.matrix_counts(store, {"numpy": ["2.3.4"]})) == 4
         runs = {r["run_id"]: r for r in queries.run_summaries(store)}
-        assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 8
+        # r-cpu's `load` of A and B lives on in the bisection's rows (the same outcome, a newer run)
+        assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 6
         found = queries.transitions(store, "", SIG_LOAD)  # per machine: the CPU's two lines, the H200's two
         assert [t["axis"] for t in found] == ["accelerate"] * 4
         assert sorted(t["machine"].split(" · ")[0] for t in found) == ["NVIDIA H200", "NVIDIA H200", "cpu", "cpu"]

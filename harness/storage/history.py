@@ -1,0 +1,203 @@
+"""A results file's current state and its history: the one place that says which outcomes are current.
+
+A results file is kept for months, and a nightly sweep adds a run to it. What every answer reads
+is the *current state*: per machine, cell and test (or scenario), the outcomes of the newest run
+that ran it, its repeats included. That is the table `outcomes` itself, so every reader (every
+query in `queries`, the dashboard, a user's SQL over `outcomes_v`) reads the current state and
+costs what one run costs, however many nights the file holds.
+
+Everything older is *history*, table `history`, kept as *spans*: consecutive observations of one
+(machine, cell, test, repeat) with the same outcome (status, signature and node id) are one row,
+the newest of them (its `run_id`, its message, seconds and traceback), with `first_run`, the run
+the span began in. So a night that changes nothing adds nothing to the history: the current row
+moves on to the new run and keeps its `first_run`. A file grows with what changes, not with the
+nights. `seconds_before` keeps the seconds of the observation before a row's own, so that a
+sweep resumed in its own run still balances its shards by the seconds of the run before.
+
+Writers keep this so (`settle`): a fold, a merge and the migration that split an older file all
+end by settling the keys they touched. Readers lay a writer's journal records that are not folded
+yet over the file the same way (`lay_over`), so a reader never sees two runs of one key as current.
+
+Which run is newer is decided by the runs' start times (then their ids). The machine is what the
+answers compare within (`analysis.rows.Machine` and the GPU count of `rows.machine_class`): the
+same cell on an H100 and on an H200 has a current state on each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import duckdb
+
+#: The machine of an outcome, from its cell (`c`) and its run (`r`): platform, accelerator, GPU
+#: count, the cell interpreter's Python (major.minor) and the CUDA runtime of its torch build, as
+#: `analysis.rows.machine_of` and `machine_class` read them.
+MACHINE_SQL = r"""concat_ws('|',
+    COALESCE(r.host->>'platform', ''), COALESCE(r.host->>'gpu', ''), COALESCE(r.host->>'gpu_count', ''),
+    COALESCE(NULLIF(regexp_extract(COALESCE(c.python_version, ''), '^\d+\.\d+'), ''),
+             NULLIF(regexp_extract(COALESCE(c.python, ''), '^\d+\.\d+'), ''),
+             regexp_extract(COALESCE(r.host->>'python', ''), '^\d+\.\d+')),
+    COALESCE(NULLIF(c.cuda_runtime, ''), regexp_extract(COALESCE(c.installed->>'torch', ''), '\+cu(\d+)$', 1)))"""
+#: A test's identity across the suite's releases (the node id where none was stored), as `outcomes_v.test_id`.
+TEST_SQL = "COALESCE(NULLIF({a}.test_id, ''), {a}.scenario)"
+_KEY = ("run_id", "cell_id", "scenario", "repeat")
+_EPOCH = "TIMESTAMP '1970-01-01'"
+
+
+def _match(a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{k} = {b}.{k}" for k in _KEY)
+
+
+def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    return any(row[0] == column for row in con.execute(f"DESCRIBE {table}").fetchall())
+
+
+# -- which rows are current: one selection for writers and readers ---------------------------
+def _select(
+    con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str, runs: str, *, touched: bool, spans: bool = True
+) -> None:
+    """Fill temp tables `_settle_cand` (every candidate row's key and where it is: `src`) and
+    `_settle_keep` (the rows that stay, each with its `first_run`, `seconds_before` and whether it
+    is `current`). `sources`: src letter -> a relation of outcome rows ('o' the file's current
+    rows, 'h' its history, 'j' a journal's rows not folded yet); `touched`: only the keys in temp
+    table `_touched` (cell_id, test). `spans`: merge consecutive equal outcomes into one (a
+    writer's rule); without, every row stays and only `current` is decided (a reader of a file
+    from before the split, every time it opens it)."""
+    parts = []
+    for src, relation in sources.items():
+        first = "x.first_run" if _has_column(con, relation, "first_run") else "NULL::VARCHAR"
+        before = "x.seconds_before" if _has_column(con, relation, "seconds_before") else "NULL::DOUBLE"
+        test = TEST_SQL.format(a="x") if _has_column(con, relation, "test_id") else "x.scenario"
+        where = f" SEMI JOIN _touched t ON x.cell_id = t.cell_id AND {test} = t.test" if touched else ""
+        parts.append(
+            f"SELECT '{src}' AS src, x.run_id, x.cell_id, x.scenario, x.repeat, x.status, x.signature, x.seconds, "
+            f"{first} AS first_run, {before} AS seconds_before, {test} AS test FROM {relation} x{where}"
+        )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _settle_raw AS {' UNION ALL '.join(parts)}")
+    con.execute("CREATE OR REPLACE TEMP TABLE _settle_cand AS SELECT src, run_id, cell_id, scenario, repeat FROM _settle_raw")
+    # One row per stored key: the file's row wins over a journal's (a fold would keep it), and a
+    # key held twice (a merged copy of a span) counts once, as its earliest-begun copy.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _settle_rows AS
+        SELECT s.*, {MACHINE_SQL} AS machine, COALESCE(r.started_at, {_EPOCH}) AS t, COALESCE(f.started_at, r.started_at, {_EPOCH}) AS ft
+        FROM _settle_raw s LEFT JOIN {cells} c USING (run_id, cell_id) LEFT JOIN {runs} r USING (run_id)
+        LEFT JOIN {runs} f ON f.run_id = COALESCE(s.first_run, s.run_id)
+        QUALIFY row_number() OVER (PARTITION BY s.run_id, s.cell_id, s.scenario, s.repeat ORDER BY s.src = 'j', ft, s.src) = 1
+        """
+    )
+    if spans:
+        islands = """
+            WITH ordered AS (
+                SELECT *, CASE WHEN lag(status) OVER w IS NOT DISTINCT FROM status AND lag(signature) OVER w IS NOT DISTINCT FROM signature
+                                    AND lag(scenario) OVER w IS NOT DISTINCT FROM scenario THEN 0 ELSE 1 END AS starts,
+                       lag(seconds) OVER w AS seconds_prior
+                FROM _settle_rows WINDOW w AS (PARTITION BY machine, cell_id, test, repeat ORDER BY t, run_id)
+            ), numbered AS (
+                SELECT *, sum(starts) OVER (PARTITION BY machine, cell_id, test, repeat ORDER BY t, run_id ROWS UNBOUNDED PRECEDING) AS island
+                FROM ordered
+            )
+            SELECT machine, cell_id, test, repeat,
+                   arg_max_null(run_id, (t, run_id)) AS run_id, arg_max_null(scenario, (t, run_id)) AS scenario,
+                   arg_max_null(src, (t, run_id)) AS src, max(t) AS t,
+                   arg_min(COALESCE(first_run, run_id), (ft, run_id)) AS first_run,
+                   arg_max_null(COALESCE(seconds_before, seconds_prior), (t, run_id)) AS seconds_before
+            FROM numbered GROUP BY machine, cell_id, test, repeat, island"""
+    else:
+        islands = "SELECT machine, cell_id, test, repeat, run_id, scenario, src, t, first_run, seconds_before FROM _settle_rows"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _settle_keep AS
+        WITH kept AS ({islands})
+        SELECT k.*, k.run_id = n.newest AS current
+        FROM kept k JOIN (SELECT machine, cell_id, test, arg_max(run_id, (t, run_id)) AS newest FROM kept GROUP BY ALL) n
+        USING (machine, cell_id, test)
+        """
+    )
+    con.execute("DROP TABLE _settle_raw")
+
+
+def _touch(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]]) -> int:
+    con.execute("CREATE OR REPLACE TEMP TABLE _touched (cell_id TEXT, test TEXT)")
+    rows = sorted(set(keys))
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        con.execute(f"INSERT INTO _touched VALUES {', '.join('(?, ?)' for _ in chunk)}", [v for row in chunk for v in row])
+    return len(rows)
+
+
+# -- writers -----------------------------------------------------------------------------------
+def settle(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]] | None = None) -> None:
+    """Keep `outcomes` the current state and `history` its spans, for the (cell, test) `keys` a
+    write touched (None: every key of the file). Runs inside the caller's transaction.
+
+    Rows no longer current move to `history`; a row whose outcome equals the one just before it
+    (same machine, cell, test and repeat) is merged into it: the newer row stays and takes the
+    span's `first_run`. Idempotent: settling settled keys changes nothing."""
+    touched = keys is not None
+    if touched and not _touch(con, keys or ()):
+        return
+    _select(con, {"o": "main.outcomes", "h": "main.history"}, "main.cells", "main.runs", touched=touched)
+    on = _match("x", "s")
+    updated = "x.* REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before)"
+    changed = "(x.first_run IS DISTINCT FROM s.first_run OR x.seconds_before IS DISTINCT FROM s.seconds_before)"
+    # rows leaving `outcomes` for `history`, and the rare row coming back (a merged file's history that is newer here)
+    con.execute(f"INSERT INTO main.history BY NAME SELECT {updated} FROM main.outcomes x JOIN _settle_keep s ON {on} WHERE s.src = 'o' AND NOT s.current")
+    con.execute(f"INSERT INTO main.outcomes BY NAME SELECT {updated} FROM main.history x JOIN _settle_keep s ON {on} WHERE s.src = 'h' AND s.current")
+    for table, src in (("outcomes", "o"), ("history", "h")):
+        stays = "s.current" if src == "o" else "NOT s.current"
+        # what leaves the table: merged into a newer row of its span, or moved to the other table
+        con.execute(
+            f"""DELETE FROM main.{table} x WHERE EXISTS (SELECT 1 FROM _settle_cand s WHERE s.src = '{src}' AND {on})
+                AND NOT EXISTS (SELECT 1 FROM _settle_keep s WHERE s.src = '{src}' AND {stays} AND {on})"""
+        )
+        con.execute(
+            f"""UPDATE main.{table} x SET first_run = s.first_run, seconds_before = s.seconds_before
+                FROM _settle_keep s WHERE s.src = '{src}' AND {stays} AND {on} AND {changed}"""
+        )
+    for name in ("_settle_cand", "_settle_rows", "_settle_keep", "_touched"):
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+# -- readers -----------------------------------------------------------------------------------
+def lay_over(con: duckdb.DuckDBPyConnection, catalog: str, journal: str | None, keys: Iterable[tuple[str, str]]) -> None:
+    """In a reader's connection: temporary views `outcomes` and `history` that show the file's
+    current state and history with a writer's unfolded journal rows (temp table `journal`, whose
+    (cell, test) are `keys`) settled in, as the fold will settle them. A file from before the
+    split (no `history` table) has its current state chosen here on every open, from all its rows."""
+    tables = {r[0] for r in con.execute(f"SELECT table_name FROM duckdb_tables() WHERE database_name = {_quote(catalog)}").fetchall()}
+    split = "history" in tables
+    stored, past = f'"{catalog}".main.outcomes', f'"{catalog}".main.history'
+    cells, runs = _shadowed(con, catalog, "cells"), _shadowed(con, catalog, "runs")
+    if split and journal is None:
+        return
+    sources = {"o": stored, **({"h": past} if split else {}), **({"j": journal} if journal else {})}
+    touched = split and _touch(con, keys) > 0
+    if split and not touched:
+        return
+    _select(con, sources, cells, runs, touched=touched, spans=split)
+    first = "" if _has_column(con, stored, "first_run") else ", NULL::VARCHAR AS first_run, NULL::DOUBLE AS seconds_before"
+    rows = " UNION ALL BY NAME ".join(
+        f"SELECT '{src}' AS src, x.*{first if src != 'h' else ''} FROM {relation} x" for src, relation in sources.items()
+    )
+    on = _match("x", "s") + " AND x.src = s.src"
+    picked = f"SELECT x.* EXCLUDE (src) REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before) FROM ({rows}) x JOIN _settle_keep s ON {on}"
+    untouched = "SELECT x.*{first} FROM {relation} x WHERE NOT EXISTS (SELECT 1 FROM _settle_cand s WHERE s.src = '{src}' AND {on})"
+    if touched:
+        on_stored = _match("x", "s")
+        current = untouched.format(first=first, relation=stored, src="o", on=on_stored) + f" UNION ALL BY NAME {picked} WHERE s.current"
+        older = untouched.format(first="", relation=past, src="h", on=on_stored) + f" UNION ALL BY NAME {picked} WHERE NOT s.current"
+    else:
+        current, older = f"{picked} WHERE s.current", f"{picked} WHERE NOT s.current"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW outcomes AS {current}")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW history AS {older}")
+
+
+def _shadowed(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:
+    """The reader's `table`: its temp view with the journal's records where the overlay made one, else the file's."""
+    found = con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = ?", [table]).fetchone()
+    return f"temp.main.{table}" if found and found[0] else f'"{catalog}".main.{table}'
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
