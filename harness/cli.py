@@ -693,18 +693,29 @@ def _parse_pins(pins: list[str]) -> dict[str, str]:
 
 
 def _print_refinement(report: WheelhouseReport, args: argparse.Namespace, console: Console) -> None:
-    """What the runner can refine by itself, which ranges may stay open, and how to continue them."""
-    held = len(set(report.refined))
-    between = sum(len(s.between) for s in report.ranges)
-    axes = len({s.axis for s in report.ranges})
-    used = f"{report.refine_mib:.3g} of {args.refine_budget:g} MiB"
-    console.print(f"refinement: {held} of {between} release(s) between listed ones held ({used}), release lists of {axes} axis(es)")
-    notes = report.open_notes()
-    for note in notes:
-        console.print(f"  may stay open: {note}", overflow="fold")
-    if notes:
-        needed = report.budget_to_hold_all(args.refine_budget)
-        console.print(f"  to hold them: the same command with --refine-budget {needed:g}; after the run, `harness refine --plan` goes on")
+    """What the runner can refine by itself, which lines the budget left out and by how many MiB, and how to continue."""
+    from harness.analysis.lines import shortfalls
+
+    holding = report.holding
+    between = {(r.axis, v) for r in holding.ranges for v in r.between}
+    used = f"{holding.mib:.3g} of {args.refine_budget:g} MiB"
+    axes = f"release lists of {len(holding.listed)} axis(es)" + (f" ({', '.join(sorted(holding.listed))})" if holding.listed else "")
+    console.print(
+        f"refinement: {len(holding.held)} of {len(between)} release(s) between tested ones held ({used}), "
+        f"for {len(holding.ranges)} range(s) on the matrix's lines; {axes}",
+        overflow="fold",
+    )
+    short = shortfalls(holding)
+    for line in short:
+        console.print(f"  left out: {line.text()}", overflow="fold", highlight=False)
+    if holding.left_out:
+        whole = holding.to_hold_all()
+        needed = (
+            f"--refine-budget {whole:g}"
+            if whole
+            else f"a --refine-budget well over {holding.mib + sum(m or 0 for m in holding.left_out.values()):.3g} (not all weighed)"
+        )
+        console.print(f"  to hold them all: the same command with {needed}; after the run, `harness refine --plan` goes on")
 
 
 def _cmd_bisect(args: argparse.Namespace, console: Console) -> int:

@@ -8,9 +8,9 @@ only what differs from the base is downloaded, and the runner resolves to the sa
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis.refine import levels
-from harness.analysis.versions import version_key
+from harness.analysis.lines import Holding, Range, holding_order, ranges
 from harness.errors import BadInput
 from harness.inputs.candidates import RELEASES_FILE, PackageIndex, ResolvedMatrix, expand_find_links, install_tags, listed_releases
 from harness.inputs.matrix import Candidate, Cell
@@ -33,79 +32,49 @@ _NATIVE = re.compile(r"^bitsandbytes/libbitsandbytes_(\w+)\.(so|dll|dylib)$")
 RUNNER_TOOLS = ["uv"]
 
 
+#: The name of a wheelhouse's manifest: the runner's settings, every cell's lock, and what
+#: refinement's budget held (`lines.Holding`), which the trip's account reads there.
+MANIFEST = "harness-wheelhouse.json"
+
+
 @dataclass
 class WheelhouseReport:
     cells: dict[str, str] = field(default_factory=dict)  # cell id -> "ready" | status: message
     downloaded: list[str] = field(default_factory=list)
     slimmed: list[str] = field(default_factory=list)
-    # Refinement's candidates (axis, release), in the order the budget took them, and their MiB
-    refined: list[tuple[str, str]] = field(default_factory=list)
-    left_out: list[tuple[str, str]] = field(default_factory=list)
-    refine_mib: float = 0.0
-    ranges: list[Span] = field(default_factory=list)
+    # What refinement's budget held, left out and could not hold, per release between; the lines
+    holding: Holding = field(default_factory=Holding)
     out: Path | None = None  # the folder of the wheels
 
     def size_mib(self) -> float:
         """What the wheels in the folder weigh."""
         return sum(p.stat().st_size for p in self.out.glob("*.whl")) / 2**20 if self.out is not None else 0.0
 
-    def open_notes(self) -> list[str]:
-        """The ranges whose releases between the wheelhouse does not all hold: they may stay open on the runner."""
-        held = set(self.refined)
-        return [n for s in self.ranges if (n := s.open_note(held))]
 
-    def budget_to_hold_all(self, budget_mib: float) -> float:
-        """A --refine-budget that would hold every release between (a guess from what this one held), two digits."""
-        between = sum(len(s.between) for s in self.ranges)
-        return float(f"{max(self.refine_mib * between / max(len(set(self.refined)), 1) * 1.2, budget_mib * 2):.2g}")
-
-
-@dataclass(frozen=True)
-class Span:
-    """Two adjacent listed releases of an axis and the releases between them: a range a sweep may find."""
-
-    axis: str
-    low: str
-    high: str
-    between: tuple[str, ...]
-
-    def open_note(self, held: set[tuple[str, str]]) -> str:
-        """'' if the wheelhouse holds every release between, else which it lacks."""
-        missing = [v for v in self.between if (self.axis, v) not in held]
-        if not missing:
-            return ""
-        shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
-        return f"{self.axis} {self.low} → {self.high}: {len(missing)} of {len(self.between)} release(s) between not held ({shown})"
-
-
-def spans(resolved: ResolvedMatrix, index: PackageIndex, python_version: str) -> list[Span]:
-    """Every pair of adjacent releases listed on a version axis, with the index's releases between."""
+def spans(resolved: ResolvedMatrix, index: PackageIndex, python_version: str) -> list[Range]:
+    """Every pair of neighbouring releases on a line of the matrix's cells (the product of its
+    axes, its [[include]] cells and the cells around its [[exclude]] holes), with the index's
+    releases between (those a CPython of `python_version` can install)."""
+    cells = {c.id: c.as_dict() for c in resolved.cells}
+    axes = list(dict.fromkeys(r.axis for r in ranges(cells)))  # asked of the index only where a line has two releases
     tags = install_tags(tuple(int(p) for p in python_version.split(".")[:2]))  # type: ignore[arg-type]
-    found = []
-    for axis, candidates in resolved.axes.items():
-        listed = sorted({c.value for c in candidates if c.kind == "version"}, key=version_key)
-        if len(listed) < 2:
-            continue
-        known = [str(r.version) for r in listed_releases(index, axis, tags)]
-        for low, high in itertools.pairwise(listed):
-            between = tuple(v for v in known if version_key(low) < version_key(v) < version_key(high))
-            found.append(Span(axis, low, high, between))
-    return found
+    return ranges(cells, {axis: [str(r.version) for r in listed_releases(index, axis, tags)] for axis in axes})
 
 
-def refinement_order(resolved: ResolvedMatrix, found: list[Span]) -> list[tuple[str, str, list[Cell]]]:
-    """(axis, release, probe cells) in the order a size budget takes them: every range's first
-    bisection level, then every range's second, and so on. A release's probe cells are the
-    matrix's cells at the range's lower end with the axis set to it: every line refinement may build it on."""
-    order: list[tuple[int, str, str, list[Cell]]] = []
-    for span in found:
-        base = [c for c in resolved.cells if any(k.package == span.axis and k.value == span.low for k in c.candidates)]
-        for depth, level in enumerate(levels(span.between)):
-            order += [
-                (depth, span.axis, value, [c.with_candidate(Candidate(span.axis, "version", value)) for c in base]) for value in level
-            ]
-    order.sort(key=lambda item: item[0])  # stable: the ranges keep their matrix order within a level
-    return [(axis, value, cells) for _, axis, value, cells in order]
+def refinement_order(resolved: ResolvedMatrix, found: list[Range]) -> list[tuple[str, str, list[Cell]]]:
+    """(axis, release, probe cells) in the order a size budget takes them (`lines.holding_order`).
+    A release's probe cells are the lower cell of every range it lies in, with the axis set to
+    it: every line refinement may build it on."""
+    cells = {c.id: c for c in resolved.cells}
+    return [(hold.axis, hold.value, _probe_cells(cells, hold.axis, hold.value, hold.ranges)) for hold in holding_order(found)]
+
+
+def _probe_cells(cells: dict[str, Cell], axis: str, value: str, lines: tuple[Range, ...]) -> list[Cell]:
+    probes = {}
+    for r in lines:
+        probe = cells[r.low_cell].with_candidate(Candidate(axis, "version", value))
+        probes[probe.id] = probe
+    return list(probes.values())
 
 
 def pip_platforms(platform: str) -> list[str]:
@@ -207,19 +176,13 @@ def build_wheelhouse(
             report.downloaded.append(pin)
     if keep_bnb:
         _slim(out, keep_bnb, report)
-    releases: dict[str, list[list[str | None]]] = {}
     if index is not None and refine_budget_mib > 0:
-        report.ranges = spans(resolved, index, python_version)
-        _add_refinement(resolved, report, locker, wanted, locks, out, refine_budget_mib, (python_version, platform, keep_bnb))
-        tags = install_tags(tuple(int(p) for p in python_version.split(".")[:2]))  # type: ignore[arg-type]
-        for axis in {s.axis for s in report.ranges}:
-            releases[axis] = [
-                [str(r.version), r.upload_time.isoformat() if r.upload_time else None] for r in listed_releases(index, axis, tags)
-            ]
-        (out / RELEASES_FILE).write_text(json.dumps(releases, indent=1) + "\n")
+        report.holding = Holding(ranges=spans(resolved, index, python_version), budget_mib=refine_budget_mib)
+        _add_refinement(resolved, report, locker, wanted, locks, out, (python_version, platform, keep_bnb))
+        _write_release_lists(out, index, python_version, report.holding)
     manifest = {"python_version": python_version, "platform": platform, "locks": locks, "cells": report.cells}
-    manifest["refinement"] = {"held": report.refined, "left_out": report.left_out, "mib": round(report.refine_mib, 1)}
-    (out / "harness-wheelhouse.json").write_text(json.dumps(manifest, indent=1))
+    manifest["refinement"] = report.holding.to_manifest()
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return report
 
 
@@ -306,6 +269,23 @@ class _Locker:
         return "ready", text, _pins_to_download(text, self.base if request.inherit else None)
 
 
+def _write_release_lists(out: Path, index: PackageIndex, python_version: str, holding: Holding) -> None:
+    """RELEASES_FILE: every release of each axis with a range on some line, even one with nothing
+    between (without its list, the runner's answer there is a range "the index's releases were not listed")."""
+    tags = install_tags(tuple(int(p) for p in python_version.split(".")[:2]))  # type: ignore[arg-type]
+    holding.listed = {r.axis for r in holding.ranges}
+    releases = {
+        axis: [[str(r.version), r.upload_time.isoformat() if r.upload_time else None] for r in listed_releases(index, axis, tags)]
+        for axis in sorted(holding.listed)
+    }
+    (out / RELEASES_FILE).write_text(json.dumps(releases, indent=1) + "\n")
+
+
+#: Measuring what the budget left out downloads it (then drops it): past this many MiB of it,
+#: or four budgets, the rest is listed unmeasured rather than downloaded only to be weighed.
+MEASURE_MIB = 1024.0
+
+
 def _add_refinement(
     resolved: ResolvedMatrix,
     report: WheelhouseReport,
@@ -313,40 +293,87 @@ def _add_refinement(
     wanted: set[str],
     locks: dict[str, str],
     out: Path,
-    budget_mib: float,
     target: tuple[str, str, set[str] | None],
 ) -> None:
-    """Refinement's releases in bisection order, each with the wheels of every line it may be
-    built on, while their size fits the budget; the first that does not fit ends it (a later,
-    smaller one would leave a hole a bisection cannot use in order)."""
+    """Refinement's releases in bisection order (`refinement_order`), each with the wheels of
+    every line it may be built on, while their size fits the budget. The first that does not fit
+    ends it (a later, smaller one would leave a hole a bisection cannot use in order); the rest
+    are weighed, not kept, so the report can say by how many MiB each line fell short. A
+    release no probe cell resolves for, or whose wheel the platform lacks, is no budget's
+    matter: it is recorded as such and the order goes on."""
+    holding = report.holding
+    spent = False
+    weighed: set[str] = set()  # pins of the left-out releases already weighed: shared wheels count once
+    with tempfile.TemporaryDirectory(prefix="harness-wh-weigh-") as scratch:
+        for axis, value, cells in refinement_order(resolved, holding.ranges):
+            key = (axis, value)
+            pins, cell_locks, why = _lock_probes(locker, cells)
+            if not cell_locks:
+                holding.unbuildable[key] = why
+                continue
+            if spent:
+                room = max(MEASURE_MIB, 4 * holding.budget_mib) - sum(m or 0.0 for m in holding.left_out.values())
+                mib, failed = _weigh(sorted(pins - wanted - weighed), Path(scratch), target) if room > 0 else (None, [])
+                if failed:
+                    holding.unbuildable[key] = f"no wheel for the runner's Python and platform: {failed[0]}"
+                else:
+                    holding.left_out[key] = mib
+                weighed.update(pins)
+                continue
+            new = sorted(pins - wanted)
+            added, failed = _fetch(new, out, target, report)
+            mib = sum(f.stat().st_size for f in added) / 2**20
+            if failed or holding.mib + mib > holding.budget_mib:
+                for f in added:
+                    f.unlink()
+                if failed:
+                    holding.unbuildable[key] = f"no wheel for the runner's Python and platform: {failed[0]}"
+                    continue
+                holding.left_out[key] = mib
+                spent = True
+                weighed.update(new)
+                continue
+            holding.mib += mib
+            holding.held.add(key)
+            wanted.update(new)
+            locks.update(cell_locks)
+
+
+def _lock_probes(locker: _Locker, cells: list[Cell]) -> tuple[set[str], dict[str, str], str]:
+    """(pins to download, lock per probe cell that resolved, why none did)."""
+    pins: set[str] = set()
+    cell_locks = {}
+    why = ""
+    for cell in cells:
+        status, lock, found = locker.lock(cell)
+        if lock:
+            cell_locks[cell.id] = lock
+            pins.update(found)
+        else:
+            why = why or status
+    return pins, cell_locks, why
+
+
+def _fetch(pins: list[str], out: Path, target: tuple[str, str, set[str] | None], report: WheelhouseReport) -> tuple[list[Path], list[str]]:
+    """Download `pins` into `out` (slimming bitsandbytes): (the files added, the pins that failed)."""
     python_version, platform, keep_bnb = target
-    for axis, value, cells in refinement_order(resolved, report.ranges):
-        if report.left_out:
-            report.left_out.append((axis, value))
-            continue
-        pins: set[str] = set()
-        cell_locks = {}
-        for cell in cells:
-            _, lock, found = locker.lock(cell)
-            if lock:
-                cell_locks[cell.id] = lock
-                pins.update(found)
-        new = sorted(pins - wanted)
-        before = {f.name: f.stat().st_size for f in out.iterdir()}
-        failed = [pin for pin in new if _download([pin], out, python_version, platform).returncode != 0]
-        if keep_bnb:
-            _slim(out, keep_bnb, report)
-        added = [f for f in out.iterdir() if f.name not in before]
-        mib = sum(f.stat().st_size for f in added) / 2**20
-        if failed or not cell_locks or report.refine_mib + mib > budget_mib:
-            for f in added:
-                f.unlink()
-            report.left_out.append((axis, value))
-            continue
-        report.refine_mib += mib
-        report.refined.append((axis, value))
-        wanted.update(new)
-        locks.update(cell_locks)
+    before = {f.name for f in out.iterdir()}
+    failed = [pin for pin in pins if _download([pin], out, python_version, platform).returncode != 0]
+    if keep_bnb:
+        _slim(out, keep_bnb, report)
+    return [f for f in out.iterdir() if f.name not in before], failed
+
+
+def _weigh(pins: list[str], scratch: Path, target: tuple[str, str, set[str] | None]) -> tuple[float | None, list[str]]:
+    """What `pins` would add to the wheelhouse, in MiB (slimmed as it would be), downloaded and
+    dropped; and the pins that could not be had."""
+    folder = scratch / "weigh"
+    folder.mkdir()
+    try:
+        added, failed = _fetch(pins, folder, target, WheelhouseReport())
+        return sum(f.stat().st_size for f in added) / 2**20, failed
+    finally:
+        shutil.rmtree(folder)
 
 
 def _slim(out: Path, keep: set[str], report: WheelhouseReport) -> None:
