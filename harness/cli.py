@@ -920,17 +920,36 @@ def _add_refine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=2, help="with --plan: rounds of bisection to prepare for (default: 2)")
     p.add_argument("--machine", default="", help="with --plan: only answers on machines whose label contains this, e.g. H200")
     p.add_argument("--axis", action="append", default=[], help="with --plan: only ranges along this axis (repeatable)")
+    p.add_argument(
+        "--account",
+        action="store_true",
+        help="build nothing: say per line of the matrix how each answer of --db (a .jsonl shard too) was reached, "
+        "against what the wheelhouse held, and whether a second trip can help (the one trip's closing lines)",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="with --account: the wheelhouse folder (default: the matrix's find_links folder with harness-wheelhouse.json)",
+    )
 
 
 def _cmd_refine(args: argparse.Namespace, console: Console) -> int:
-    from harness.commands.refine import refine_and_attribute, write_probe_matrix
+    from harness.commands.refine import refine_and_attribute, trip_account, write_probe_matrix
     from harness.commands.summary import render_transitions
 
+    if args.account:  # on the offline runner too: its .jsonl shard, no DuckDB
+        for line in trip_account(args.db, args.matrix, args.wheelhouse):
+            console.print(line, soft_wrap=True, highlight=False)
+        return EXIT_OK
     db = Path(_existing_duckdb(args.db))
     if args.plan:
-        probes = write_probe_matrix(db, args.matrix, args.plan, args.rounds, args.machine, args.axis)
-        versions = sorted({f"{p.line.axis} {p.value}" for p in probes})
-        console.print(f"wrote {args.plan}: {len(probes)} probe cell(s); releases to prepare: {', '.join(versions)}")
+        plan = write_probe_matrix(db, args.matrix, args.plan, args.rounds, args.machine, args.axis)
+        versions = sorted({f"{p.line.axis} {p.value}" for p in plan.probes})
+        lines = len({(p.line.machine, p.line.axis, p.line.held) for p in plan.probes})
+        console.print(f"wrote {args.plan}: {len(plan.probes)} probe cell(s) on {lines} line(s); releases to prepare: {', '.join(versions)}")
+        for line in plan.left_out:
+            console.print(f"  left out: {line}", soft_wrap=True, highlight=False)
         return EXIT_OK
     done = refine_and_attribute(
         db,

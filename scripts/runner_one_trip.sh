@@ -7,7 +7,9 @@
 #
 # Writes OUTDIR/one-trip.jsonl (merge it back with `harness merge`) and OUTDIR/one-trip.log. The
 # sweep gets SWEEP_LIMIT seconds (default 540), then SIGTERM: it stops as on Ctrl-C, and a rerun
-# with the same file resumes.
+# with the same file resumes. It ends with the trip's own account (also in OUTDIR/account.txt):
+# per line of the matrix, how each answer was reached (exact; a range because the wheelhouse did
+# not hold the releases between; because its budget ran out; ...) and whether a second trip helps.
 set -euo pipefail
 # The runner goes when the script ends: the fork servers a sweep kept (--keep-servers auto, on
 # with GPUs) are ended first, so nothing outlives it.
@@ -27,3 +29,5 @@ timeout --signal=TERM "${SWEEP_LIMIT:-540}" "${PYTHON:-python3}" -m harness swee
   --env-root "${TMPDIR:-/tmp}/harness-envs-one-trip" --no-progress "$@" > "$out/one-trip.log" 2>&1 || echo "harness exited $?"
 echo "sweep: $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }") s wall"
 grep -E "^(run |refinement|time:)" "$out/one-trip.log" || tail -n 20 "$out/one-trip.log"
+"${PYTHON:-python3}" -m harness refine --account --db "$out/one-trip.jsonl" --matrix "$matrix" --wheelhouse .wheelhouse \
+  | tee "$out/account.txt" || echo "account: harness exited $?"

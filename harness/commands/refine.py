@@ -20,16 +20,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.attribution import Transition
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from harness.analysis.attribution import UNLISTED, Transition, held_text
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict
+from harness.analysis.lines import Holding, account, account_text
 from harness.analysis.refine import Answers, Buildable, OnRound, Probe, RefineReport, Share, offline_probes, search
 from harness.analysis.report import is_test, suite_of_run
 from harness.analysis.rows import Machine
 from harness.analysis.versions import git_url_without_ref, release
-from harness.commands.answer import answer
+from harness.commands.answer import Answer, answer, index_releases
 from harness.errors import BadInput
-from harness.inputs.candidates import index_for, python_version_of, resolve_matrix
-from harness.inputs.matrix import Candidate, Cell, load_matrix
+from harness.inputs.candidates import expand_find_links, index_for, python_version_of, resolve_matrix
+from harness.inputs.matrix import Candidate, Cell, Settings, load_matrix
 from harness.inputs.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.running import hostinfo
 
@@ -391,10 +394,24 @@ def _value_of(candidate: Candidate) -> str:
     return candidate.value
 
 
-def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> tuple[str, list[Probe]]:
+@dataclass(frozen=True)
+class ProbePlan:
+    """`harness refine --plan`: the probe matrix, its probes, and the lines with a range it leaves out (and why)."""
+
+    text: str
+    probes: list[Probe]
+    left_out: list[str]
+
+
+def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> ProbePlan:
     """A matrix of the probe cells the next `rounds` rounds of refinement may build on machines
-    whose label contains `machine` (on `axes` only, when given): run it where the runner is (offline: `harness wheelhouse
-    --matrix` of it first), merge its results, and attribute or plan again."""
+    whose label contains `machine` (on `axes` only, when given), on every line of the file with a
+    range ([[include]] lines too): run it where the runner is (offline: `harness wheelhouse
+    --matrix` of it first), merge its results, and attribute or plan again.
+
+    A runner's file may not know which releases lie between two of its releases (its wheelhouse
+    carried no list of that axis): those lists are asked of the index here, as `harness
+    attribute` does, so that its ranges can be planned too."""
     from harness.storage import queries  # DuckDB: only where a results file is read
     from harness.storage.store import Store
 
@@ -403,16 +420,19 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     source = tomllib.loads(matrix.read_text())
     with Store(db, read_only=True) as store:
         found = answer(store)
-        transitions = list(found.transitions)
         cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+    found = _listed_here(found, matrix)
     labels = [label for label in found.machines_of() if machine.lower() in label.lower()]
     if not labels:
         raise BadInput(
             f"no answer in {str(db)!r} holds on a machine matching {machine!r}; machines: {', '.join(found.machines_of()) or 'none'}"
         )
+    transitions = list(found.transitions)
     probes = [p for label in labels for p in offline_probes(transitions, label, rounds) if not axes or p.line.axis in axes]
+    left_out = _plan_left_out(transitions, labels, probes, axes)
     if not probes:
-        raise BadInput(f"no range in {str(db)!r} on {', '.join(labels)} that a build could narrow: nothing to prepare")
+        why = f" ({'; '.join(left_out)})" if left_out else ""
+        raise BadInput(f"no range in {str(db)!r} on {', '.join(labels)} that a build could narrow: nothing to prepare{why}")
     built = [_probe_cell(p, cells) for p in probes]
     settings = {**source.get("matrix", {}), "refine": False, "scenarios": sorted({s for p in probes for s in p.scenarios})}
     lines = [
@@ -427,12 +447,100 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     ]
     for cell in built[1:]:
         lines += ["", "[[include]]", *(f"{json.dumps(c.package)} = {json.dumps(_value_of(c))}" for c in cell.candidates)]
-    return "\n".join(lines) + "\n", probes
+    return ProbePlan("\n".join(lines) + "\n", probes, left_out)
 
 
-def write_probe_matrix(db: Path, matrix: Path, out: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> list[Probe]:
-    """`harness refine --plan OUT`: write `probe_matrix`'s matrix to `out`; returns its probes."""
-    text, probes = probe_matrix(db, matrix, rounds, machine, axes)
+def _listed_here(found: Answer, matrix: Path) -> Answer:
+    """`found` with the index's release lists of the axes no run of the file listed (an offline
+    runner whose wheelhouse carried none); as it was if the index cannot be reached."""
+    if not found.unlisted:
+        return found
+    spec = load_matrix(matrix, lenient=True)
+    spec.settings.no_index = False  # the runner's own setting; here the index is reachable
+    fetched, _ = index_releases(index_for(spec.settings), list(found.unlisted), spec.settings.python)
+    if not fetched:
+        return found
+    return found.relisted({**found.releases, **{axis: [v for v, _ in pairs] for axis, pairs in fetched.items()}})
+
+
+def _plan_left_out(transitions: Sequence[Transition], labels: Sequence[str], probes: Sequence[Probe], axes: Sequence[str]) -> list[str]:
+    """The lines with a range on these machines that no probe of the plan builds on, each with why."""
+    planned = {(p.line.machine, p.line.axis, p.line.held) for p in probes}
+    found: dict[tuple[str, str, tuple[tuple[str, str], ...]], str] = {}
+    for t in transitions:
+        key = (t.machine, t.axis, t.held)
+        if not t.is_range or t.machine not in labels or key in planned or key in found:
+            continue
+        if axes and t.axis not in axes:
+            why = f"not along --axis {', '.join(axes)}"
+        elif release(t.before) is None or release(t.after) is None:
+            why = "an end is a git or path source: `harness bisect --git` walks its commits"
+        elif UNLISTED in t.not_built:
+            why = f"the index's releases of {t.axis} could not be listed here"
+        else:
+            why = f"no release between left to build ({t.gaps()})"
+        where = f" on {t.machine}" if len(labels) > 1 else ""
+        found[key] = f"{t.axis}, with {held_text(t.held)}{where}: {why}" if t.held else f"{t.axis}{where}: {why}"
+    return list(found.values())
+
+
+def write_probe_matrix(db: Path, matrix: Path, out: Path, rounds: int, machine: str, axes: Sequence[str] = ()) -> ProbePlan:
+    """`harness refine --plan OUT`: write `probe_matrix`'s matrix to `out`; returns the plan."""
+    plan = probe_matrix(db, matrix, rounds, machine, axes)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    return probes
+    out.write_text(plan.text)
+    return plan
+
+
+# -- the one trip's account -------------------------------------------------------------------
+def trip_account(db: Path, matrix: Path, wheelhouse: Path | None = None) -> list[str]:
+    """`harness refine --account`: per line of the matrix, how each answer of the results file was
+    reached (exact; a range because the wheelhouse did not hold the releases between; because its
+    budget ran out; ...) and whether a second trip can help. Reads the wheelhouse's manifest (in
+    `wheelhouse`, else the matrix's find-links folder that has one) and the results, never an
+    index: it runs on the offline runner, from a JSON-lines shard as from a DuckDB file."""
+    from harness.commands.wheelhouse import MANIFEST
+    from harness.storage.opening import open_results
+
+    if not db.is_file():
+        raise BadInput(f"--db {str(db)!r} does not exist; pass the results file of the trip (its one-trip.jsonl)")
+    spec = load_matrix(matrix, lenient=True)  # its settings only: the runner has no index to resolve against
+    folders = [wheelhouse] if wheelhouse is not None else [Path(f) for f in expand_find_links(spec.settings.find_links)]
+    if wheelhouse is not None and not (wheelhouse / MANIFEST).is_file():
+        raise BadInput(f"--wheelhouse {str(wheelhouse)!r} holds no {MANIFEST}; pass the folder `harness wheelhouse --out` wrote")
+    folder = next((f for f in folders if (f / MANIFEST).is_file()), None)
+    holding = _holding_of(folder / MANIFEST) if folder is not None else None
+    with open_results(db, read_only=True) as results:
+        found = answer(results)
+    lines = account(found.transitions, holding)
+    text = account_text(lines)
+    if folder is None:
+        text.append(f"  (no {MANIFEST} in {', '.join(map(str, folders)) or 'the matrix find_links'}: pass --wheelhouse DIR)")
+    if any(r.reached == "not built" for line in lines for r in line.answers):
+        text.append(f"  held, not built: {_why_not_built(spec.settings)}")
+    return text
+
+
+def _holding_of(manifest: Path) -> Holding:
+    """What the wheelhouse recorded of refinement, with every release it holds a wheel of (the matrix's own too)."""
+    holding = Holding.from_manifest(json.loads(manifest.read_text()).get("refinement") or {})
+    axes = {r.axis for r in holding.ranges}
+    for wheel in manifest.parent.glob("*.whl"):
+        try:
+            name, version, *_ = parse_wheel_filename(wheel.name)
+        except InvalidWheelFilename:
+            continue
+        if str(name) in axes:
+            holding.held.add((str(name), str(version)))
+    return holding
+
+
+def _why_not_built(settings: Settings) -> str:
+    """Why refinement left releases the wheelhouse holds unbuilt, from the matrix's settings."""
+    if not settings.refine:
+        return "refine = false in the matrix; with true the sweep builds them"
+    if settings.refine_lines == "first":
+        return 'refine_lines = "first" refines one line per failure; "all" builds every line'
+    if settings.refine_limit:
+        return f"refine_limit = {settings.refine_limit} probe cell(s) may have stopped it; rerun the sweep with a larger one (it resumes)"
+    return "the sweep stopped before them (its time limit?); rerun it with the same wheelhouse: it resumes"
