@@ -35,7 +35,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -613,84 +613,260 @@ def suite_markers(node: str, skipped: bool, xfailing: bool) -> list[str]:
     return sorted(marks)
 
 
-def generate_suite(out: Path, tests: int, cells_wanted: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    if out.exists():
-        out.unlink()
-    cells = suite_cells(cells_wanted)
-    nodes = sorted(set(node_ids(tests, rng)))
+#: One outcome as the base of every night: (status, message, signature, blamed library, exception type, traceback).
+Decision = tuple[str, str, str, str, str, str]
+#: A signature the nights' own regressions carry (one per night: a change of the code under test).
+REGRESSION = "AssertionError: nightly regression <n> @ tests/{area}:<module>"
+
+
+def _suite_base(
+    nodes: list[str], cells: list[dict[str, str]], rng: random.Random
+) -> tuple[dict[tuple[str, str], Decision], set[str], set[str]]:
+    """Every (cell, node id)'s outcome of the first night, drawn as one run of the suite always was."""
     skipped = {n for n in nodes if rng.random() < 0.03}
     xfailing = {n for n in nodes if rng.random() < 0.004} - skipped
     flaky = {n for n in nodes if rng.random() < 0.0005}
     crashing = set(rng.sample(nodes, 2))
     hung = rng.choice(nodes)
-    marked = {n: json.dumps({"markers": m} if (m := suite_markers(n, n in skipped, n in xfailing)) else {}) for n in nodes}
-    host = HOSTS[0]
-    run_id = f"suite-{seed}"
-    rows: list[tuple[Any, ...]] = []
-    moment = datetime(2026, 11, 20, 9, 0, 0)
-    failing: set[str] = set()
-    with Store(out) as store:
-        store.con.begin()
-        store.ensure_run(run_id, "matrix.toml", "# generated: a pytest suite as the checks", {"tests": ["tests/"]}, "0.1.0", host)
-        for index, versions in enumerate(cells):
-            cid = cell_id(versions)
-            freeze = {**OTHER_PACKAGES, **versions, "pytest": "9.0.1"}
-            record = CellRecord(
-                run_id, cid, "3.11.11", versions, [f"{a}=={v}" for a, v in versions.items()], freeze, {}, {}, "ready", "", 2.0, False
-            )
-            store.record_cell(record)
-            for node in nodes:
-                moment += timedelta(milliseconds=rng.randint(5, 400))
-                status, message, bug = "pass", "", None
-                if node in skipped:
-                    status, message = "not_applicable", "requires a CUDA GPU"
-                elif node in xfailing:
-                    status, message = "xfail", "known issue #1234"
-                elif node in crashing and index == 3:
-                    status, message = "crash", "crash: killed by SIGSEGV"
-                elif node == hung and index == 7:
-                    status, message = "timeout", "no result after 120s; its worker was killed"
-                else:
-                    bug = next((b for b in SUITE_BUGS if b[4](node) and b[5](versions)), None)
-                    if bug is None and node in flaky and rng.random() < 0.3:
-                        bug = (
-                            "RuntimeError: CUDA error: an illegal memory access was encountered",
-                            "error",
-                            "RuntimeError",
-                            "torch",
-                            None,
-                            None,
-                        )
-                    if bug is not None:
-                        status, message = bug[1], bug[0].split(" @ ")[0]
-                if status in ("fail", "error", "crash", "timeout"):
-                    failing.add(node)
-                signature = bug[0] if bug else (message if status in ("crash", "timeout") else "")
-                traceback = ""
+    base: dict[tuple[str, str], Decision] = {}
+    for index, versions in enumerate(cells):
+        cid = cell_id(versions)
+        for node in nodes:
+            rng.randint(5, 400)  # the draw the moment of each outcome took (keeps the one-night file as it was)
+            status, message, bug = "pass", "", None
+            if node in skipped:
+                status, message = "not_applicable", "requires a CUDA GPU"
+            elif node in xfailing:
+                status, message = "xfail", "known issue #1234"
+            elif node in crashing and index == 3:
+                status, message = "crash", "crash: killed by SIGSEGV"
+            elif node == hung and index == 7:
+                status, message = "timeout", "no result after 120s; its worker was killed"
+            else:
+                bug = next((b for b in SUITE_BUGS if b[4](node) and b[5](versions)), None)
+                if bug is None and node in flaky and rng.random() < 0.3:
+                    bug = (
+                        "RuntimeError: CUDA error: an illegal memory access was encountered",
+                        "error",
+                        "RuntimeError",
+                        "torch",
+                        None,
+                        None,
+                    )
                 if bug is not None:
-                    path, function = node.split("::")[0], node.split("::")[-1].split("[")[0]
-                    traceback = (
-                        "Traceback (most recent call last):\n"
-                        f'  File "/work/suite/{path}", line {rng.randint(10, 400)}, in {function}\n'
-                        f"    out = model(**inputs)\n{bug[0].split(' @ ')[0]}"
-                    )
-                rows.append(
-                    (
-                        run_id, cid, node, 0, status, message, signature,
-                        hashlib.sha1(signature.encode()).hexdigest()[:12] if signature else "",
-                        bug[3] if bug else "", bug[2] if bug else "", traceback,
-                        f"{node} {status.upper()}" if status != "pass" else "",
-                        round(rng.uniform(0.01, 2.5), 3), marked[node], moment,
-                    )
-                )  # fmt: skip
-        store.con.commit()
-        _insert(store, rows)
+                    status, message = bug[1], bug[0].split(" @ ")[0]
+            signature = bug[0] if bug else (message if status in ("crash", "timeout") else "")
+            traceback = ""
+            if bug is not None:
+                path, function = node.split("::")[0], node.split("::")[-1].split("[")[0]
+                traceback = (
+                    "Traceback (most recent call last):\n"
+                    f'  File "/work/suite/{path}", line {rng.randint(10, 400)}, in {function}\n'
+                    f"    out = model(**inputs)\n{bug[0].split(' @ ')[0]}"
+                )
+            base[(cid, node)] = (status, message, signature, bug[3] if bug else "", bug[2] if bug else "", traceback)
+    return base, skipped, xfailing
+
+
+@dataclass
+class Night:
+    """One night's sweep of the suite: its run, when, whether the code under test changed, and every outcome."""
+
+    run_id: str
+    when: datetime
+    code: str  # the digest of the code under test that night
+    cells: list[dict[str, str]]
+    state: dict[tuple[str, str], Decision]
+
+
+def _nights(
+    nodes: list[str],
+    cells: list[dict[str, str]],
+    base: dict[tuple[str, str], Decision],
+    quiet: set[str],
+    runs: int,
+    drift: float,
+    seed: int,
+) -> list[Night]:
+    """`runs` nights, oldest first, the newest ending at the one-night file's moment and run id.
+
+    From one night to the next, with `drift` > 0: on a night the code under test changed (three
+    nights in four), `drift` of the outcomes change status (a pass regresses with that night's
+    own signature, a failure is fixed); on any night, a twentieth of that flips for that night
+    only (flaky); every tenth night a new release arrives as a new cell (a copy of the newest
+    transformers cell's outcomes). A night with `drift` 0 repeats the first."""
+    rng = random.Random(seed * 1000 + 17)
+    newest = datetime(2026, 11, 20, 9, 0, 0)
+    state, flipped = dict(base), {}
+    cells = list(cells)
+    nights: list[Night] = []
+    code = "code-0"
+    for n in range(1, runs + 1):
+        run_id = f"suite-{seed}" if n == runs else f"suite-{seed}-n{n:02d}"
+        when = newest - timedelta(days=runs - n)
+        if n > 1 and drift:
+            for key, decision in flipped.items():  # last night's flips come back
+                state[key] = decision
+            flipped = {}
+            changed = n % 4 != 0
+            if changed:
+                code = f"code-{n}"
+            keys = [k for k in state if k[1] not in quiet]
+            if n % 10 == 0:
+                newer = dict(cells[-1], transformers=f"5.{23 + n // 10}.0")
+                cells.append(newer)
+                template = cell_id(max(cells[:-1], key=lambda c: vt(c["transformers"])))
+                state.update({(cell_id(newer), node): state[(template, node)] for node in nodes})
+            if changed:
+                for key in rng.sample(keys, round(drift * len(keys))):
+                    state[key] = _drifted(state[key], key[1], n)
+            for key in rng.sample(keys, max(1, round(drift * len(keys) / 20))):
+                flipped[key] = state[key]
+                state[key] = _drifted(state[key], key[1], n)
+        nights.append(Night(run_id, when, code, list(cells), dict(state)))
+    return nights
+
+
+def _drifted(decision: Decision, node: str, night: int) -> Decision:
+    """A pass regresses (with night `night`'s own failure); a failure is fixed."""
+    if decision[0] == "pass":
+        signature = REGRESSION.format(area=node.split("/")[1]).replace("<n>", str(night))
+        message = signature.split(" @ ")[0]
+        return ("fail", message, signature, "", "AssertionError", f"Traceback (most recent call last):\n{message}")
+    return ("pass", "", "", "", "", "")
+
+
+def generate_suite(
+    out: Path, tests: int, cells_wanted: int, seed: int, *, runs: int = 1, drift: float = 0.0, flat: bool = False, newest_only: bool = False
+) -> dict[str, Any]:
+    """A team's suite swept `runs` nights into one file (`_nights`). By default each night is
+    written and then settled as a fold settles it (the current state in `outcomes`, the spans of
+    what came before in `history`); `flat`: every night's rows in `outcomes`, as a harness from
+    before the split kept them; `newest_only`: the newest night alone (the file to compare with)."""
+    rng = random.Random(seed)
+    if out.exists():
+        out.unlink()
+    cells = suite_cells(cells_wanted)
+    nodes = sorted(set(node_ids(tests, rng)))
+    base, skipped, xfailing = _suite_base(nodes, cells, rng)
+    marked = {n: json.dumps({"markers": m} if (m := suite_markers(n, n in skipped, n in xfailing)) else {}) for n in nodes}
+    nights = _nights(nodes, cells, base, skipped | xfailing, runs, drift, seed)
+    if newest_only:
+        nights = nights[-1:]
+    host = HOSTS[0]
+    files = {f"tests/{a}": hashlib.sha1(a.encode()).hexdigest()[:12] for a in AREAS}
+    if flat:
+        con = _flat_file(out)
+        for night in nights:
+            _write_night_flat(con, night, nodes, marked, host, files)
+        con.execute("CHECKPOINT")
+        con.close()
+        return {
+            "outcomes": sum(len(n.state) for n in nights),
+            "tests": len(nodes),
+            "cells": len(nights[-1].cells),
+            "failing": 0,
+            "transitions": 0,
+            "runs": len(nights),
+        }
+    with Store(out) as store:
+        for night in nights:
+            _write_night(store, night, nodes, marked, host, files)
+        failing = {node for (_, node), d in nights[-1].state.items() if d[0] in ("fail", "error", "crash", "timeout")}
         stored = [r for r in queries.outcome_rows(store) if r["scenario"] in failing]
         result = attribute(stored, known_versions=seen_versions(stored))
         written = store.replace_transitions(to_rows(result))
         count = queries.row_count(store, "outcomes")
-    return {"outcomes": count, "tests": len(nodes), "cells": len(cells), "failing": len(failing), "transitions": written}
+        kept = queries.row_count(store, "history")
+    return {
+        "outcomes": count, "history": kept, "tests": len(nodes), "cells": len(nights[-1].cells), "failing": len(failing),
+        "transitions": written, "runs": len(nights),
+    }  # fmt: skip
+
+
+def _settings(night: Night, files: dict[str, str]) -> dict[str, Any]:
+    """The run's settings as a sweep of a suite records them, with what its outcomes depend on."""
+    return {"tests": {"root": ".", "paths": ["tests/"]}, "inputs": {"code": night.code, "tests": {"files": files, "config": "conftest-1"}}}
+
+
+def _night_rows(night: Night, nodes: list[str], marked: dict[str, str], rng: random.Random) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    moment = night.when
+    for versions in night.cells:
+        cid = cell_id(versions)
+        for node in nodes:
+            moment += timedelta(milliseconds=rng.randint(5, 400))
+            status, message, signature, blamed, exception, traceback = night.state[(cid, node)]
+            rows.append(
+                (
+                    night.run_id, cid, node, 0, status, message, signature,
+                    hashlib.sha1(signature.encode()).hexdigest()[:12] if signature else "",
+                    blamed, exception, traceback, f"{node} {status.upper()}" if status != "pass" else "",
+                    round(rng.uniform(0.01, 2.5), 3), marked[node], moment,
+                )
+            )  # fmt: skip
+    return rows
+
+
+def _cell_record(night: Night, versions: dict[str, str]) -> CellRecord:
+    freeze = {**OTHER_PACKAGES, **versions, "pytest": "9.0.1"}
+    pins = [f"{a}=={v}" for a, v in versions.items()]
+    return CellRecord(night.run_id, cell_id(versions), "3.11.11", versions, pins, freeze, {}, {}, "ready", "", 2.0, False)
+
+
+def _write_night(store: Store, night: Night, nodes: list[str], marked: dict[str, str], host: dict[str, Any], files: dict[str, str]) -> None:
+    from harness.storage.history import settle
+
+    store.con.begin()
+    store.ensure_run(night.run_id, "matrix.toml", "# generated: a pytest suite as the checks", _settings(night, files), "0.1.0", host)
+    store.con.execute("UPDATE runs SET started_at = ? WHERE run_id = ?", [night.when, night.run_id])
+    for versions in night.cells:
+        store.record_cell(_cell_record(night, versions))
+    store.con.commit()
+    _insert(store, _night_rows(night, nodes, marked, random.Random(night.run_id)))
+    store.con.begin()
+    settle(store.con)  # what the fold (or the nightly merge) does with a night's rows
+    store.con.commit()
+
+
+def _flat_file(out: Path) -> Any:
+    """A results file as a harness before the split wrote it (migrations up to 0009): every run's rows in `outcomes`."""
+    import duckdb
+
+    from harness.storage.store_schema import MIGRATIONS
+
+    con = duckdb.connect(str(out))
+    con.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)")
+    for name, sql in MIGRATIONS:
+        if name >= "0010":
+            break
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [name])
+    return con
+
+
+def _write_night_flat(
+    con: Any, night: Night, nodes: list[str], marked: dict[str, str], host: dict[str, Any], files: dict[str, str]
+) -> None:
+    import pyarrow as pa
+
+    from harness.storage.store_rows import Rows, insert_many
+    from harness.storage.store_schema import CELL_COLUMNS, RUN_COLUMNS
+
+    run = {
+        "type": "run", "run_id": night.run_id, "started_at": night.when.isoformat(), "matrix_path": "matrix.toml",
+        "matrix_text": "# generated: a pytest suite as the checks", "settings": _settings(night, files), "harness_version": "0.1.0",
+        "host": host,
+    }  # fmt: skip
+    cells = [{"type": "cell", **asdict(_cell_record(night, v)), "built_at": night.when.isoformat()} for v in night.cells]
+    rows = Rows.of([run, *cells])
+    insert_many(con, "runs", RUN_COLUMNS, rows.runs.values())
+    insert_many(con, "cells", CELL_COLUMNS, rows.cells.values())
+    batch = _night_rows(night, nodes, marked, random.Random(night.run_id))
+    columns = list(OUTCOME_COLUMNS)[: len(batch[0])]
+    con.register("batch", pa.table({name: [r[i] for r in batch] for i, name in enumerate(columns)}))
+    con.execute(f"INSERT INTO outcomes ({', '.join(columns)}) SELECT * FROM batch")
+    con.unregister("batch")
 
 
 def main() -> int:
@@ -700,12 +876,25 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--tests", type=int, default=0, help="write a test suite's results instead: this many pytest node ids")
     parser.add_argument("--cells", type=int, default=20, help="with --tests: this many cells (at most 80)")
+    parser.add_argument("--runs", type=int, default=1, help="with --tests: this many nightly runs in one file, the newest last")
+    parser.add_argument(
+        "--drift", type=float, default=0.0, help="with --runs: the share of outcomes that change status from one night to the next"
+    )
+    parser.add_argument(
+        "--flat", action="store_true", help="with --runs: every night's rows in `outcomes`, as a harness before the history split kept them"
+    )
+    parser.add_argument(
+        "--newest-only", action="store_true", help="with --runs: write only the newest night (the file to compare a history with)"
+    )
     args = parser.parse_args()
     began = time.perf_counter()
     if args.tests:
-        suite = generate_suite(args.out, args.tests, args.cells, args.seed)
+        suite = generate_suite(
+            args.out, args.tests, args.cells, args.seed, runs=args.runs, drift=args.drift, flat=args.flat, newest_only=args.newest_only
+        )
+        kept = f", {suite['history']:,} history rows" if suite.get("history") else ""
         print(
-            f"{args.out}: {suite['outcomes']:,} outcomes, {suite['tests']:,} tests × {suite['cells']} cells, "
+            f"{args.out}: {suite['runs']} run(s), {suite['outcomes']:,} outcomes{kept}, {suite['tests']:,} tests × {suite['cells']} cells, "
             f"{suite['failing']:,} tests fail somewhere, {suite['transitions']:,} transitions "
             f"({time.perf_counter() - began:.1f} s, {args.out.stat().st_size / 2**20:.1f} MiB)"
         )

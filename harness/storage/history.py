@@ -7,7 +7,8 @@ query in `queries`, the dashboard, a user's SQL over `outcomes_v`) reads the cur
 costs what one run costs, however many nights the file holds.
 
 Everything older is *history*, table `history`, kept as *spans*: consecutive observations of one
-(machine, cell, test, repeat) with the same outcome (status, signature and node id) are one row,
+(machine, cell, test, repeat) with the same outcome (status, signature and node id) are one row
+(a bisection's probe stays a row of its own, for the bisection's record),
 the newest of them (its `run_id`, its message, seconds and traceback), with `first_run`, the run
 the span began in. So a night that changes nothing adds nothing to the history: the current row
 moves on to the new run and keeps its `first_run`. A file grows with what changes, not with the
@@ -53,9 +54,7 @@ def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool
 
 
 # -- which rows are current: one selection for writers and readers ---------------------------
-def _select(
-    con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str, runs: str, *, touched: bool, spans: bool = True
-) -> None:
+def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str, runs: str, *, touched: bool, spans: bool = True) -> None:
     """Fill temp tables `_settle_cand` (every candidate row's key and where it is: `src`) and
     `_settle_keep` (the rows that stay, each with its `first_run`, `seconds_before` and whether it
     is `current`). `sources`: src letter -> a relation of outcome rows ('o' the file's current
@@ -90,11 +89,15 @@ def _select(
         islands = """
             WITH ordered AS (
                 SELECT *, CASE WHEN lag(status) OVER w IS NOT DISTINCT FROM status AND lag(signature) OVER w IS NOT DISTINCT FROM signature
-                                    AND lag(scenario) OVER w IS NOT DISTINCT FROM scenario THEN 0 ELSE 1 END AS starts,
+                                    AND lag(scenario) OVER w IS NOT DISTINCT FROM scenario
+                                    AND starts_with(lag(run_id) OVER w, 'bisect-') = starts_with(run_id, 'bisect-')
+                               THEN 0 ELSE 1 END AS starts,
                        lag(seconds) OVER w AS seconds_prior
                 FROM _settle_rows WINDOW w AS (PARTITION BY machine, cell_id, test, repeat ORDER BY t, run_id)
             ), numbered AS (
-                SELECT *, sum(starts) OVER (PARTITION BY machine, cell_id, test, repeat ORDER BY t, run_id ROWS UNBOUNDED PRECEDING) AS island
+                SELECT *, sum(starts) OVER (
+                    PARTITION BY machine, cell_id, test, repeat ORDER BY t, run_id ROWS UNBOUNDED PRECEDING
+                ) AS island
                 FROM ordered
             )
             SELECT machine, cell_id, test, repeat,
@@ -142,8 +145,11 @@ def settle(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]] | Non
     updated = "x.* REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before)"
     changed = "(x.first_run IS DISTINCT FROM s.first_run OR x.seconds_before IS DISTINCT FROM s.seconds_before)"
     # rows leaving `outcomes` for `history`, and the rare row coming back (a merged file's history that is newer here)
-    con.execute(f"INSERT INTO main.history BY NAME SELECT {updated} FROM main.outcomes x JOIN _settle_keep s ON {on} WHERE s.src = 'o' AND NOT s.current")
-    con.execute(f"INSERT INTO main.outcomes BY NAME SELECT {updated} FROM main.history x JOIN _settle_keep s ON {on} WHERE s.src = 'h' AND s.current")
+    moving = "SELECT {updated} FROM main.{table} x JOIN _settle_keep s ON {on} WHERE s.src = '{src}' AND {which}"
+    con.execute(
+        "INSERT INTO main.history BY NAME " + moving.format(updated=updated, table="outcomes", on=on, src="o", which="NOT s.current")
+    )
+    con.execute("INSERT INTO main.outcomes BY NAME " + moving.format(updated=updated, table="history", on=on, src="h", which="s.current"))
     for table, src in (("outcomes", "o"), ("history", "h")):
         stays = "s.current" if src == "o" else "NOT s.current"
         # what leaves the table: merged into a newer row of its span, or moved to the other table
@@ -181,7 +187,8 @@ def lay_over(con: duckdb.DuckDBPyConnection, catalog: str, journal: str | None, 
         f"SELECT '{src}' AS src, x.*{first if src != 'h' else ''} FROM {relation} x" for src, relation in sources.items()
     )
     on = _match("x", "s") + " AND x.src = s.src"
-    picked = f"SELECT x.* EXCLUDE (src) REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before) FROM ({rows}) x JOIN _settle_keep s ON {on}"
+    settled = "x.* EXCLUDE (src) REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before)"
+    picked = f"SELECT {settled} FROM ({rows}) x JOIN _settle_keep s ON {on}"
     untouched = "SELECT x.*{first} FROM {relation} x WHERE NOT EXISTS (SELECT 1 FROM _settle_cand s WHERE s.src = '{src}' AND {on})"
     if touched:
         on_stored = _match("x", "s")

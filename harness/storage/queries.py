@@ -165,9 +165,7 @@ def outcome_rows_with_traces(
 def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
     """Every stored status of one scenario in one cell, its history's spans and its current state, oldest
     first (bisection reuses them)."""
-    rows = store.fetch(
-        f"SELECT status FROM ({_EVERY_ROW}) WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario]
-    )
+    rows = store.fetch(f"SELECT status FROM ({_EVERY_ROW}) WHERE cell_id = ? AND scenario = ? ORDER BY started_at", [cell_id, scenario])
     return [r["status"] for r in rows]
 
 
@@ -360,8 +358,10 @@ def run_summaries(store: SqlResultsFile) -> list[dict[str, Any]]:
         WITH o AS (
             SELECT run_id, min(started_at) AS first, max(started_at) AS last, count(*) AS outcomes,
                    count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios
-            FROM (SELECT run_id, cell_id, scenario, started_at FROM outcomes UNION ALL SELECT run_id, cell_id, scenario, started_at FROM history)
-            GROUP BY run_id
+            FROM (
+                SELECT run_id, cell_id, scenario, started_at FROM outcomes
+                UNION ALL SELECT run_id, cell_id, scenario, started_at FROM history
+            ) GROUP BY run_id
         )
         SELECT r.run_id, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu, r.harness_version,
                o.first, o.last, COALESCE(o.outcomes, 0) AS outcomes, COALESCE(o.cells, 0) AS cells,
@@ -445,11 +445,19 @@ def failure_summaries(store: SqlResultsFile, filters: Filters | None = None) -> 
     )
 
 
+#: Every probe a bisection stored, current or since superseded by a later run of the same cell
+#: (a bisection's rows are never merged into another run's span: `history._select`).
+_BISECTIONS = (
+    "SELECT * FROM outcomes_v WHERE starts_with(run_id, 'bisect-') "
+    "UNION ALL BY NAME SELECT * EXCLUDE (first_run) FROM history_v WHERE starts_with(run_id, 'bisect-')"
+)
+
+
 def bisection_probes(store: SqlResultsFile) -> list[dict[str, Any]]:
     """Outcomes of `harness bisect` runs (run ids `bisect-<scenario>-<axis>`), without their long text."""
     rows = store.fetch(
         "SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, git_commits, "
-        f"{', '.join(AXIS_ORDER)}, gpu, started_at FROM outcomes_v WHERE starts_with(run_id, 'bisect-') "
+        f"{', '.join(AXIS_ORDER)}, gpu, started_at FROM ({_BISECTIONS}) "
         "ORDER BY run_id, started_at, cell_id, repeat"
     )
     return _decode(rows, ("versions", "git_commits"))
@@ -843,7 +851,7 @@ def bisection_probes_by_axis(store: SqlResultsFile) -> list[dict[str, Any]]:
         WITH p AS (
             SELECT run_id, cell_id, scenario, repeat, status, signature, blamed_library, versions, installed, git_commits,
                    {", ".join(AXIS_ORDER)}, gpu, started_at
-            FROM outcomes_v WHERE starts_with(run_id, 'bisect-')
+            FROM ({_BISECTIONS})
         ),
         keyed AS (SELECT DISTINCT run_id, cell_id, versions, unnest(json_keys(versions)) AS axis FROM p),
         varying AS (SELECT run_id, axis FROM keyed GROUP BY run_id, axis HAVING count(DISTINCT versions->>axis) > 1),

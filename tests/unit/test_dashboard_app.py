@@ -13,7 +13,7 @@ scenarios is B, and D passes both when the GPU is held to `cpu`.
 
 The bisection's probes of accelerate 1.13.0 and 1.14.0 are cells A and B again, on the CPU and
 later: they are the current state of A's and B's `load` there (17 current outcomes of the 19
-stored; the CPU sweep's two are history, merged into the probes' spans: the same outcomes).
+stored; the CPU sweep's two are history).
 """
 
 from __future__ import annotations
@@ -568,8 +568,8 @@ def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
         # an axis outside the five columns is read from the cells' JSON
         assert len(queries.matrix_counts(store, {"numpy": ["2.3.4"]})) == 4
         runs = {r["run_id"]: r for r in queries.run_summaries(store)}
-        # r-cpu's `load` of A and B lives on in the bisection's rows (the same outcome, a newer run)
-        assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 6
+        # r-cpu's `load` of A and B are history now (a bisection's probe is never merged into another run's span)
+        assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 8
         found = queries.transitions(store, "", SIG_LOAD)  # per machine: the CPU's two lines, the H200's two
         assert [t["axis"] for t in found] == ["accelerate"] * 4
         assert sorted(t["machine"].split(" · ")[0] for t in found) == ["NVIDIA H200", "NVIDIA H200", "cpu", "cpu"]
