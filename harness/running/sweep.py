@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sysconfig
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ from harness.inputs.candidates import (
     python_version_of,
     resolve_matrix,
 )
+from harness.inputs.fingerprint import code_digest
 from harness.inputs.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.inputs.scenarios import Scenario, applicability, select
 from harness.inputs.testsource import NoTests, check_source
@@ -76,6 +78,9 @@ class SweepOptions:
     scenarios: list[str] = field(default_factory=list)  # names or paths; overrides the matrix
     run_id: str = ""
     fresh: bool = False  # a new run (new id), so every outcome is computed again
+    #: Appended to the default run id: a scheduled run's own id (the CI run's), which its shards
+    #: and its reruns share, so that each night truly runs (`default_run_id`).
+    run_tag: str = ""
     model: str = ""
     adapter: str = ""
     device: str = ""
@@ -117,6 +122,8 @@ class SweepPlan:
     #: stored seconds its cut cells' tests are dealt by. Empty: whole cells (or no shard).
     pieces: dict[str, Piece] = field(default_factory=dict)
     durations: Durations = field(default_factory=dict)
+    #: What the outcomes depend on besides the cells (`run_inputs`): recorded with the run.
+    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 #: What a sweep writes through: DuckDB (`store.Store`) or a JSON-lines shard (`shardfile.ShardStore`).
@@ -149,13 +156,42 @@ class CellRun:
     env: EnvResult
 
 
-def default_run_id(matrix_text: str, scenarios: list[Scenario]) -> str:
-    """Same matrix and same scenario files -> same run, so a rerun resumes it."""
+def default_run_id(matrix_text: str, scenarios: list[Scenario], inputs: dict[str, Any] | None = None) -> str:
+    """Same matrix, same scenario and test files, same code under test -> same run, so a rerun
+    resumes it; a change to any of them starts a new one (docs/matrix.md, "Runs and resume").
+    `inputs`: `run_inputs`, whose code under test counts (a suite's is in its digest already)."""
     h = hashlib.sha256(matrix_text.encode())
     for scenario in sorted(scenarios, key=lambda s: s.name):
         h.update(f"{scenario.name}:{scenario.digest()}".encode())
+    if inputs and inputs.get("paths"):
+        h.update(json.dumps(inputs["paths"], sort_keys=True).encode())
     h.update(__version__.encode())
     return "r-" + h.hexdigest()[:10]
+
+
+def run_inputs(scenarios: Sequence[Scenario], cells: Sequence[Cell]) -> dict[str, Any]:
+    """What a run's outcomes depend on besides each cell's environment, as its settings record
+    it (`inputs`): each scenario file's content, a suite's test files, configuration and code
+    under test (`Suite.inputs`), and each local path candidate's code (`fingerprint.code_digest`).
+    `harness changes` calls a flip flaky only where all of it stayed the same."""
+    found: dict[str, Any] = {"scenarios": {s.name: s.digest() for s in scenarios if not isinstance(s, Suite)}}
+    suite = next((s for s in scenarios if isinstance(s, Suite)), None)
+    if suite is not None:
+        found["tests"] = suite.inputs()
+    paths = {f"{c.package}={c.value}": code_digest(Path(c.value)) for cell in cells for c in cell.candidates if c.kind == "path"}
+    found["paths"] = dict(sorted(paths.items()))
+    return found
+
+
+def run_tag(text: str) -> str:
+    """A run tag as it goes into the run id: letters, digits, dots and dashes (BadInput otherwise).
+
+    >>> run_tag("12345678-2")
+    '12345678-2'
+    """
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,63}", text):
+        raise BadInput(f"--run-tag {text!r} is not a tag; give letters, digits, dots and dashes (e.g. the CI run's number)")
+    return text
 
 
 def plan(options: SweepOptions) -> SweepPlan:
@@ -176,10 +212,13 @@ def plan(options: SweepOptions) -> SweepPlan:
             raise BadInput(f"unknown cell id(s) {', '.join(map(repr, unknown))}; list them with `harness list --matrix {options.matrix}`")
         cells = [known[c] for c in options.cells]
     text = options.matrix.read_text()
-    run_id = options.run_id or default_run_id(text, scenarios)
+    inputs = run_inputs(scenarios, resolved.cells)
+    run_id = options.run_id or default_run_id(text, scenarios, inputs)
+    if options.run_tag and not options.run_id:
+        run_id += "-" + run_tag(options.run_tag)
     if options.fresh and not options.run_id:
         run_id += datetime.now(UTC).strftime("-%Y%m%dT%H%M%S")
-    done = SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text)
+    done = SweepPlan(options, spec, resolved, index, scenarios, cells, run_id, text, inputs=inputs)
     if options.shard:
         index_of, count = options.shard
         layout, done.durations = shard_layout(done, count)
@@ -509,6 +548,8 @@ class Sweep:
         p = self.plan
         # The expanded find-links record which folders this run really used ($PIP_FIND_LINKS).
         settings = {**asdict(self.settings), "find_links_expanded": self.find_links, **suite_record(p.scenarios, p.spec, p.options)}
+        if p.inputs:
+            settings["inputs"] = p.inputs
         self.store.ensure_run(p.run_id, str(p.options.matrix), p.matrix_text, settings, __version__, self.host)
         self.store.record_releases(p.run_id, run_releases(p, self.find_links))
         self._run_recorded = True

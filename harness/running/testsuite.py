@@ -31,11 +31,14 @@ from harness.analysis.interpret import Interpretation
 from harness.analysis.signature import Frame, Signature, make_signature, status_signature
 from harness.analysis.status import Status
 from harness.errors import BadInput
+from harness.inputs.fingerprint import code_digest, file_digest, files_digest, source_files
 from harness.inputs.matrix import pytest_expression_problem
 from harness.inputs.scenarios import Scenario
 from harness.inputs.testsource import NoTests, TestSource
 
 CHILD = Path(__file__).with_name("testsuite_child.py")
+#: The root's pytest configuration files (with every conftest.py: what applies to all its tests).
+_CONFIG = ("conftest.py", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 #: A worker that dies this many times in a row without finishing a test is not started again.
 MAX_BARREN_RESTARTS = 2
 #: Options a suite's configuration may carry, and the plugin that provides each.
@@ -87,25 +90,38 @@ class Suite(Scenario):
         return [*selection, "-p", "no:cacheprovider", "--continue-on-collection-errors"]
 
     def digest(self) -> str:
-        """Changes with the selection and with any test or conftest file (learned preloads start
-        again); with a source, with the repository's newest commit."""
+        """Changes with the selection, with the content of any test or conftest file (learned
+        preloads start again), and with the code under test (`fingerprint.code_digest`: the
+        commit and uncommitted changes of the suite's repository); with a source, with the
+        repository's newest commit. Contents, not file times: a fresh checkout of the same
+        commit resumes, a change to the package under unchanged tests does not."""
         h = hashlib.sha256(json.dumps([str(self.root), self.paths, self.keyword, self.marker]).encode())
         if self.source is not None:
             h.update(f"{self.source.package} {self.source.repo} {self.source.head(self.root)}".encode())
             return h.hexdigest()[:12]
-        for path in self._files():
-            h.update(str(path).encode() + str(path.stat().st_mtime_ns).encode())
+        h.update(json.dumps(self.inputs(), sort_keys=True).encode())
         return h.hexdigest()[:12]
+
+    def inputs(self) -> dict[str, Any]:
+        """What its outcomes depend on besides the cell, as a run records it (`harness changes`):
+        each test file's content (by its path from the root), the root's conftest and
+        configuration together, and the code under test."""
+        if self.source is not None:
+            return {"config": self.digest(), "files": {}, "code": f"{self.source.package}@{self.source.head(self.root)}"}
+        found = self._files()
+        # every conftest.py applies to the tests below it: with the root's configuration, one digest for all
+        shared = [p for p in found if p.name == "conftest.py" or (p.parent == self.root and p.name in _CONFIG)]
+        files = {p.relative_to(self.root).as_posix(): file_digest(p) for p in found if p not in shared}
+        return {"config": files_digest(shared), "files": files, "code": code_digest(self.root)}
 
     def _files(self) -> list[Path]:
         """The root's conftest and configuration, and the Python files under the selected paths
         (only those: a team's folder may hold a virtualenv)."""
-        config = ("conftest.py", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
-        found = [self.root / n for n in config if (self.root / n).is_file()]
+        found = [self.root / n for n in _CONFIG if (self.root / n).is_file()]
         for entry in self.paths or (".",):
             target = self.root / entry.split("::", 1)[0]
-            found += sorted(target.rglob("*.py")) if target.is_dir() else [target] if target.is_file() else []
-        return found
+            found += source_files(target, (".py",)) if target.is_dir() else [target] if target.is_file() else []
+        return list(dict.fromkeys(found))
 
 
 def make_suite(
