@@ -267,6 +267,8 @@ def reached(t: Transition, holding: Holding | None) -> Reaching:
     """How `t` was reached on a runner whose wheelhouse did `holding` (None: it records no refinement)."""
     if t.exact:
         return Reaching(t, "exact")
+    if release(t.before) is None or release(t.after) is None:  # a wheelhouse holds releases between releases only
+        return Reaching(t, "cannot", "an end is a git or path source: `harness bisect --git` walks its commits")
     if UNLISTED in t.not_built:
         return Reaching(t, "not held", f"it carried no release list of {t.axis}: make it with --refine-budget from this matrix")
     missing = [v for v in t.not_built if release(v) is not None]
@@ -286,8 +288,6 @@ def reached(t: Transition, holding: Holding | None) -> Reaching:
         )
         sorts[where].append(value)
     notes = [note for kind, values in sorts.items() if values and (note := _note(kind, t.axis, values, holding))]
-    commits = [v for v in t.not_built if release(v) is None]  # a git axis: the commits between are no release
-    notes += [f"commits between not built: {_shown(commits)} (`harness bisect --git` walks them)"] if commits else []
     notes += [f"inconclusive: {', '.join(t.inconclusive)}"] if t.inconclusive else []
     kind: Reached = next((k for k in ("budget", "not held", "not built") if sorts[k]), "cannot")
     return Reaching(t, kind, "; ".join(notes))

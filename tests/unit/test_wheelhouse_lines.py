@@ -253,8 +253,8 @@ REACHED = [
     (_t(("0.20.0",), axis="peft", after="0.21.2"), HOLDING, "cannot", "0.20.0: unresolvable: peft 0.20.0 needs torch>=2.14"),
     # every release between ran and said nothing: no trip helps
     (_t((), ("1.14.0 (not_applicable)",)), HOLDING, "cannot", "inconclusive: 1.14.0 (not_applicable)"),
-    # a git axis: the commits between are no wheelhouse's matter
-    (_t(("0123456789ab",), after="git+https://h/a@main"), HOLDING, "cannot", "harness bisect --git"),
+    # a git source at one end: the commits between are no wheelhouse's matter (nor are the releases after the other end)
+    (_t(("1.14.0", "1.15.0"), after="main@0123456789ab"), HOLDING, "cannot", "harness bisect --git"),
 ]
 
 
