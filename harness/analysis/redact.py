@@ -51,7 +51,9 @@ _STDLIB = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\]lib[/\\]python3\.\d+[/\\](?
 #: The harness's own checkout or installed copy: its files from `harness/` and `scenarios/`.
 _CHECKOUT = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](harness|scenarios)[/\\]""")
 #: A home folder by its usual places, whoever's it is.
-_HOME = re.compile(r"""(?<![\w.~/-])(?:/home/[^/\s"'()]+|/Users/[^/\s"'()]+|/root)(?=[/\\\s"'()]|$)""")
+#: Where a path starts: not inside a longer one, or right after `file://`.
+_START = r"(?:(?<=file://)|(?<![\w.~/\\-]))"
+_HOME = re.compile(_START + r"""(?:/home/[^/\s"'()]+|/Users/[^/\s"'()]+|/root)(?=[/\\\s"'()]|$)""")
 
 
 def local_paths(text: str, roots: Sequence[tuple[str, str]] = ()) -> str:
@@ -83,7 +85,7 @@ def local_paths(text: str, roots: Sequence[tuple[str, str]] = ()) -> str:
 def _root_pattern(root: str) -> re.Pattern[str]:
     """`root` as an absolute path, or climbed to from a relative one (`../../tmp`), as a whole path segment."""
     bare = re.escape(root.lstrip("/\\"))
-    return re.compile(rf"""(?<![\w.~/\\-])(?:(?:\.\.[/\\])+{bare}|{re.escape(root)})(?P<rest>[/\\]|(?=[\s"'():,;]|$))""")
+    return re.compile(rf"""{_START}(?:(?:\.\.[/\\])+{bare}|{re.escape(root)})(?P<rest>[/\\]|(?=[\s"'():,;]|$))""")
 
 
 def _writer(label: str) -> Callable[[re.Match[str]], str]:

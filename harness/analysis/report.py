@@ -32,8 +32,13 @@ from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
 from harness.analysis.pin import KnownGoodSet, Sources
+from harness.analysis.redact import local_paths
+from harness.analysis.repro import indexes
+from harness.analysis.requirement import StatedRequirement
+from harness.analysis.requirement import requirements as stated_requirements
 from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of, node_ids
-from harness.analysis.signature import DEFAULT_LIBRARIES, library_of, parse_traceback
+from harness.analysis.shorttrace import LIMIT, frames_of, short_traceback
+from harness.analysis.signature import DEFAULT_LIBRARIES, library_of
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
 from harness.analysis.versions import requirement, version_key
 
@@ -53,10 +58,10 @@ REPOSITORIES = {
 }
 #: torch raises on behalf of its callers (module calls, meta checks): never a cross-link of its own.
 _SUBSTRATE = frozenset({"torch"})
-_TRACE_LINES = 40
 _MAX_CONTRAST_ROWS = 24
-_SITE = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](?:site|dist)-packages[/\\]""")
-_CHECKOUT = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](harness|scenarios)[/\\]""")
+#: A failure seen in many tests: the summary lists this many, the contrast table has a column for this many.
+_SHOWN_TESTS = 12
+_TABLE_COLUMNS = 4
 
 
 def repository(library: str) -> str:
@@ -66,10 +71,10 @@ def repository(library: str) -> str:
 
 def shorten_paths(text: str) -> str:
     """Runner-specific prefixes out: `/tmp/envs/x/lib/python3.11/site-packages/peft/…` -> `site-packages/peft/…`."""
-    return _CHECKOUT.sub(r"\1/", _SITE.sub("site-packages/", text))
+    return local_paths(text)
 
 
-def _tail(text: str, lines: int = _TRACE_LINES) -> str:
+def _tail(text: str, lines: int = LIMIT) -> str:
     kept = text.rstrip().splitlines()
     cut = len(kept) - lines
     return (f"… ({cut} line(s) above)\n" if cut > 0 else "") + "\n".join(kept[-lines:])
@@ -232,25 +237,23 @@ def _shadows(cell: _Cell) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 # -- traces and blame ------------------------------------------------------------------------
 def _trace(row: Mapping[str, Any]) -> str:
+    """The last frames, each with its line, the frame under test marked (`shorttrace`), at most 40 lines."""
     text = str(row.get("traceback") or "")
     if not text.strip():
         message = str(row.get("message") or "")
         tail = str(row.get("output_tail") or "")
         text = "\n".join(t for t in (tail.rstrip(), message) if t.strip() and t.strip() not in tail)
-    return shorten_paths(text)
+    return short_traceback(text, str(row.get("signature") or ""))
 
 
 def libraries_in_trace(traceback: str, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> list[tuple[str, str]]:
     """(library, innermost `path.py:function` of it) for every library under test in the trace, outermost first."""
-    parsed = parse_traceback(traceback)
-    if parsed is None:
-        return []
     innermost: dict[str, str] = {}
-    for frame in parsed[2]:
-        lib, relative = library_of(frame.filename, tuple(libraries))
+    for filename, function in frames_of(traceback):
+        lib, relative = library_of(filename, tuple(libraries))
         if lib:
             innermost.pop(lib, None)  # re-insert: the order is that of the innermost frames
-            innermost[lib] = f"{relative}:{frame.function}"
+            innermost[lib] = f"{relative}:{function}" if function else relative
     return list(innermost.items())
 
 
@@ -292,7 +295,7 @@ def _headline(row: Mapping[str, Any]) -> str:
     kind = str(row.get("exception_type") or "")
     if kind and first and not first.startswith(kind):
         first = f"{kind}: {first}"
-    first = first or str(row.get("signature") or row["status"])
+    first = local_paths(first or str(row.get("signature") or row["status"]))  # cut after: a path cut in two is not found again
     return first if len(first) <= 140 else first[:139] + "…"
 
 
@@ -369,6 +372,28 @@ def suite_of_run(run: Mapping[str, Any]) -> dict[str, Any]:
     return table if isinstance(table, dict) else {}
 
 
+@dataclass(frozen=True)
+class Repro:
+    """The one-file repro `harness report --repro` wrote beside the report (`analysis.repro`), and its passing twin."""
+
+    name: str  # `repro.py`: the report names it by its file name only
+    script: str  # its text, shown collapsed in the report
+    passing_name: str = ""  # `repro-passing.py`, or "" where no passing set lies one step away
+    change: str = ""  # what the passing set changes: `peft 0.19.0 instead of 0.18.1`
+
+
+def _public(url: str) -> bool:
+    """An index another machine can reach: http(s), and not this host."""
+    return url.startswith(("https://", "http://")) and re.match(r"https?://(?:localhost|127\.|0\.0\.0\.0|\[::1\])", url) is None
+
+
+def repro_pins(row: Mapping[str, Any], run: Mapping[str, Any], tests: bool) -> list[str]:
+    """What reproduces `row`'s cell: its axes exactly and, for a test, what the run added for its suite (pytest, plugins)."""
+    versions = installed(row)
+    pins = [requirement(a, versions[a]) for a in axis_sort(versions)]
+    return pins + (_suite_pins(run.get("settings") or {}, row, versions) if tests else [])
+
+
 def _repro(
     cell_id: str,
     row: Mapping[str, Any],
@@ -376,45 +401,82 @@ def _repro(
     runs: Mapping[str, Mapping[str, Any]],
     scenario_files: Mapping[str, str],
     nodes: Mapping[str, str] | None = None,
+    repro: Repro | None = None,
 ) -> list[str]:
-    """The commands that reproduce `scenarios` in one cell; a test by the node id that cell's
-    pytest gave it (`nodes`: identity -> node id, `rows.node_ids`)."""
-    versions = installed(row)
+    """How to reproduce `scenarios` in one cell: the one-file script when one was written, then the
+    commands; a test by the node id that cell's pytest gave it (`nodes`: identity -> node id, `rows.node_ids`).
+    Nothing in it names this machine: a PyTorch-index build gets that public index, a local source a comment."""
     run = runs.get(str(row.get("run_id")), {})
     settings = run.get("settings") or {}
     sources = Sources.from_settings(settings)
-    index = Sources(sources.index_url, sources.extra_index_urls, (), sources.no_index).pip_args()
     tests = [(nodes or {}).get(s, s) for s in scenarios if is_test(s)]
-    pins = [requirement(a, versions[a]) for a in axis_sort(versions)]
-    # A test needs what the cell installed to run the suite (pytest, its plugins, the suite's requirements): at the cell's versions.
-    pins += _suite_pins(settings, row, versions) if tests else []
-    words = ["pip", "install", *index, *pins]
-    lines = ["# the failing versions, exactly (every other package: the freeze above)", " ".join(_quote(w) for w in words)]
-    if sources.find_links:
-        lines.append(f"# the run also took wheels from --find-links {' '.join(sources.find_links)}")
+    pins = repro_pins(row, run, bool(tests))
+    public = [u for u in (sources.index_url, *sources.extra_index_urls) if u and _public(u)]
+    index = (["--index-url", sources.index_url] if sources.index_url in public else []) + [
+        w for u in sources.extra_index_urls if u in public for w in ("--extra-index-url", u)
+    ]
+    builds = list(dict.fromkeys(url for _, url in indexes(pins) if url not in public))
+    index += [w for url in builds for w in ("--extra-index-url", url)]
+    lines = ["```bash"]
+    install = " ".join(_quote(w) for w in ["pip", "install", *index, *pins])
+    lines += ["# the failing versions, exactly (every other package: the freeze above)", install]
+    local = [u for u in (sources.index_url, *sources.extra_index_urls) if u and not _public(u)]
+    if local or settings.get("find_links"):
+        lines.append("# the run also took packages from a source of its machine's own (a folder of wheels or a local index)")
     matrix = str(run.get("matrix_path") or "matrix.toml")
+    matrix = matrix if not matrix.startswith(("/", "\\")) and ":" not in matrix[:3] else matrix.replace("\\", "/").rsplit("/", 1)[-1]
     picks = [f"--scenario {_quote(s)}" for s in scenarios if not is_test(s)]
     if len(tests) < len(scenarios):
         lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
         lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios if not is_test(s)]
     if tests:
         suite = suite_of_run(run)
-        root = str(suite.get("root") or "")
         package, repo = str(suite.get("of") or ""), str(suite.get("git") or "")
         if package:
-            lines.append(f"# the tests of {package} {versions.get(package, '')}: from a checkout of {repo or 'its repository'} at that tag")
-            where = f" --tests-of {_quote(package)}" + (f" --tests-git {_quote(repo)}" if repo else "")
+            shown = repo if repo and _public(repo) else ""
+            version = installed(row).get(package, "")
+            lines.append(f"# the tests of {package} {version}: from a checkout of {shown or 'its repository'} at that tag")
+            where = f" --tests-of {_quote(package)}" + (f" --tests-git {_quote(shown or f'<a clone of {package}>')}" if repo else "")
         else:
-            lines.append("# the test, from the folder where the suite runs pytest (its conftest.py files and configuration apply)")
-            lines += [f"cd {_quote(root)}"] if root else []
-            where = f" --tests-root {_quote(root)}" if root else ""
+            lines.append("# the test, from the suite's root: where it runs pytest (its conftest.py files and configuration apply)")
+            where = " --tests-root ." if suite.get("root") else ""
         lines += [f"python -m pytest {' '.join(_quote(t) for t in tests)}"]
         picks.append(f"--tests {' '.join(_quote(t) for t in tests)}{where}")
     lines += [
-        "# or let the harness build the env and run it",
+        "# or let the harness build the env and run it" + (" (from the same folder)" if tests and not suite_of_run(run).get("of") else ""),
         f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {' '.join(picks)}",
+        "```",
     ]
-    return ["```bash", *lines, "```"]
+    return (_one_file(repro, pins) if repro else []) + lines
+
+
+def _one_file(repro: Repro, pins: Sequence[str]) -> list[str]:
+    """The one-file repro first: the two commands, how to get the same torch build, the script collapsed."""
+    width = max(len(repro.name), len(repro.passing_name))
+    out = [
+        f"One file, nothing to check out: `{repro.name}` (below) is a [PEP 723](https://peps.python.org/pep-0723/) script that pins "
+        "the failing set and carries the code that fails; [uv](https://docs.astral.sh/uv/) builds a fresh environment for it.",
+        "",
+        "```bash",
+        f"uv run {repro.name.ljust(width)}   # fails (exit 1) and prints the signature",
+    ]
+    if repro.passing_name:
+        out.append(f"uv run {repro.passing_name.ljust(width)}   # {repro.change}: passes (exit 0)")
+    out.append("```")
+    for built, url in indexes(pins):
+        out += [
+            "",
+            f"The failing environment had {built}, a build of the PyTorch index; the script pins its release, which PyPI's "
+            f"build satisfies too. For the same build: `uv run --index {url} {repro.name}`.",
+        ]
+    lines = repro.script.count("\n") + 1
+    out += ["", f"<details><summary><code>{repro.name}</code> ({lines} lines)</summary>", "", _SCRIPT, "", "</details>", ""]
+    out += ["Or, in an environment of your own:", ""]
+    return out
+
+
+#: Where the script goes in a report: after the paths of the rest are written from their roots (the script is left as it is).
+_SCRIPT = "<!-- harness report: the script -->"
 
 
 def _suite_pins(settings: Mapping[str, Any], row: Mapping[str, Any], versions: Mapping[str, str]) -> list[str]:
@@ -563,6 +625,88 @@ def _known_good(known: Mapping[str, KnownGoodSet], row: Mapping[str, Any], scena
 
 
 # -- the two reports -------------------------------------------------------------------------
+def example_of(
+    signature: str, rows: Iterable[Mapping[str, Any]], transitions: Iterable[Mapping[str, Any]] = (), lead: str = ""
+) -> Mapping[str, Any]:
+    """The outcome a signature report shows and reproduces: of the scenario (or test) that leads
+    (`lead`, else the one failing in most cells, then the clearest contrast), the newest failing
+    set, newest first on the blamed library's axis."""
+    rows = list(rows)
+    hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
+    if not hits:
+        raise ValueError(f"no failing outcome has the signature {signature!r}")
+    scenarios = _ordered(signature, rows, hits, lead)
+    primary = [r for r in hits if r["scenario"] == scenarios[0]]
+    library, _ = _blamed(hits, signature, [t for t in transitions if t.get("signature", signature) == signature])
+    order = [library, *axis_sort(installed(primary[0]))] if library else axis_sort(installed(primary[0]))
+    return max(primary, key=lambda r: (*(version_key(installed(r).get(a)) for a in order), _when(r.get("started_at"))))
+
+
+def _ordered(signature: str, rows: Sequence[Mapping[str, Any]], hits: Sequence[Mapping[str, Any]], lead: str = "") -> list[str]:
+    """The scenarios a signature shows in: `lead` first, then those failing in most cells, then the clearest contrast."""
+    showing = {r["scenario"] for r in hits}
+    grouped = _group(r for r in rows if r["scenario"] in showing)
+
+    def counts(scenario: str) -> tuple[int, int]:
+        words = [_word(c.rows[scenario], signature) for c in grouped.values() if c.rows.get(scenario)]
+        return sum(w.startswith("**fails**") for w in words), sum(w.startswith("passes") for w in words)
+
+    return sorted({str(s) for s in showing}, key=lambda s: (s != lead, -counts(s)[0], -counts(s)[1], s))
+
+
+def passing_of(
+    example: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], transitions: Iterable[Mapping[str, Any]] = ()
+) -> tuple[Mapping[str, Any], str] | None:
+    """(a passing outcome one step from `example`'s cell, what that step changes: `peft 0.19.0 instead of 0.18.1`).
+
+    The step an answer takes first (a fix before an introduction: a newer release that passes
+    is what a maintainer tries; exact before a range), else any neighbour on the same machine
+    where every repeat passes, the newer first. None when no such cell was tested.
+    """
+    rows = list(rows)
+    cell, scenario, machine = str(example["cell_id"]), str(example["scenario"]), machine_of(example).label()
+    signature = str(example.get("signature") or example["status"])
+    mine = installed(example)
+    passing: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row["scenario"] == scenario and machine_of(row).label() == machine and str(row["cell_id"]) != cell:
+            passing.setdefault(str(row["cell_id"]), []).append(row)
+    passing = {c: rs for c, rs in passing.items() if all(r["status"] == Status.PASS for r in rs)}
+    steps: list[tuple[tuple[bool, bool], str]] = []
+    for t in transitions:
+        if t.get("scenario") != scenario or t.get("signature") != signature or t.get("kind") not in ("introduced", "fixed"):
+            continue
+        ends = (t.get("before_cell"), t.get("after_cell"))
+        failing, other = ends if t["kind"] == "fixed" else ends[::-1]
+        if failing == cell and other in passing:
+            steps.append(((t["kind"] != "fixed", bool(t.get("untested") or t.get("inconclusive"))), str(other)))
+    if not steps:  # no answer steps from this cell: the nearest passing neighbour
+        near = [c for c, rs in passing.items() if distance(installed(rs[0]), mine) == 1]
+        near.sort(key=lambda c: [version_key(v) for v in installed(passing[c][0]).values()], reverse=True)
+        steps = [((False, False), c) for c in near]
+    if not steps:
+        return None
+    chosen = passing[min(steps, key=lambda s: s[0])[1]][0]
+    theirs = installed(chosen)
+    changed = [a for a in axis_sort({*mine, *theirs}) if mine.get(a) != theirs.get(a)]
+    return chosen, ", ".join(f"{a} {theirs.get(a, '(none)')} instead of {mine.get(a, '(none)')}" for a in changed)
+
+
+def _requirement_lines(found: Sequence[StatedRequirement]) -> list[str]:
+    """The report's summary of the requirements two exact answers state, each with the cells that show it."""
+    out = []
+    for req in found:
+        where = f" (on {req.machine})" if req.machine else ""
+        out.append(f"- **Missing requirement: `{req.text()}`**{where}.")
+        out += [f"  - {line}" for line in req.lines()]
+        cells = "; ".join(f"`{cell}` {word}" for cell, word in req.cells())
+        out.append(f"  - cells: {cells}")
+        if req.otherwise():
+            sides = f"`{req.needs.text()}`, or `{req.otherwise()}`"
+            out.append(f"  - to avoid it today, constrain one side: {sides} (`harness pin --constraints`)")
+    return out
+
+
 def render_signature_report(
     signature: str,
     rows: Iterable[Mapping[str, Any]],
@@ -574,6 +718,9 @@ def render_signature_report(
     scenario_docs: Mapping[str, str] | None = None,
     db: str = "",
     known_good: Mapping[str, KnownGoodSet] | None = None,
+    lead: str = "",
+    repro: Repro | None = None,
+    roots: Sequence[tuple[str, str]] = (),
 ) -> str:
     """An issue body for one failure signature.
 
@@ -582,7 +729,9 @@ def render_signature_report(
     or `attribution.to_rows`); those of other signatures are ignored. cells: cell id -> its
     `cells` record (for the full freeze). runs: run id -> `Store.runs_info()` entry (settings,
     host, matrix path). scenario_files / scenario_docs: name -> path / docstring. known_good:
-    machine class -> its known-good set (`pin.known_good_sets`): the example's is named.
+    machine class -> its known-good set (`pin.known_good_sets`): the example's is named. lead:
+    the scenario or test to lead with and reproduce. repro: the one-file repro written beside
+    it. roots: the machine's folders and how to write the paths under them (`redact.local_paths`).
     """
     rows = list(rows)
     runs, cells, files, docs = runs or {}, cells or {}, scenario_files or {}, scenario_docs or {}
@@ -590,23 +739,18 @@ def render_signature_report(
     if not hits:
         raise ValueError(f"no failing outcome has the signature {signature!r}")
     moves = [t for t in transitions if t.get("signature", signature) == signature]
-    showing = {r["scenario"] for r in hits}
-    grouped = _group(r for r in rows if r["scenario"] in showing)
+    scenarios = _ordered(signature, rows, hits, lead)
+    grouped = _group(r for r in rows if r["scenario"] in set(scenarios))
 
     def counts(scenario: str) -> tuple[int, int, int]:
         """(cells where it fails with this signature, cells where it passes, cells tested) for one scenario."""
         words = [_word(c.rows[scenario], signature) for c in grouped.values() if c.rows.get(scenario)]
         return sum(w.startswith("**fails**") for w in words), sum(w.startswith("passes") for w in words), len(words)
 
-    # The scenario with the most failing cells, then the clearest contrast (most passing cells), leads.
-    scenarios = sorted({str(r["scenario"]) for r in hits}, key=lambda s: (-counts(s)[0], -counts(s)[1], s))
-    relevant = [r for r in rows if r["scenario"] in scenarios]
-    primary = [r for r in hits if r["scenario"] == scenarios[0]]
+    relevant = [r for r in rows if r["scenario"] in set(scenarios)]
     library, why = _blamed(hits, signature, moves)
     libs = tuple(dict.fromkeys([*DEFAULT_LIBRARIES, *(a for c in grouped.values() for a in c.versions)]))
-    # The example: the newest failing set, newest first on the blamed library's axis.
-    order = [library, *axis_sort(installed(primary[0]))] if library else axis_sort(installed(primary[0]))
-    example = max(primary, key=lambda r: (*(version_key(installed(r).get(a)) for a in order), _when(r.get("started_at"))))
+    example = example_of(signature, rows, moves, lead)
     trace = _trace(example)
     versions = installed(example)
     headline = _headline(example)
@@ -619,7 +763,8 @@ def render_signature_report(
     note = _fixed_note(moves)
     out += ["", *note] if note else []
     out += ["", "### Summary", ""]
-    for scenario in scenarios:
+    out += _requirement_lines(stated_requirements(moves))
+    for scenario in scenarios[:_SHOWN_TESTS]:
         failing, passing, tested = counts(scenario)
         doc = _paragraph(docs.get(scenario, ""))
         out.append(
@@ -627,21 +772,33 @@ def render_signature_report(
             + (f" — {doc}" if doc else "")
             + f" Fails with it in {failing} of {tested} tested version set(s); passes in {passing}."
         )
+    if len(scenarios) > _SHOWN_TESTS:
+        out.append(f"- … and {len(scenarios) - _SHOWN_TESTS} more with the same failure (`harness report --all` lists every one)")
     out += ["", "The error (the table below shows where):"]
-    out += ["", _fence(str(example.get("message") or headline).strip()), ""]
+    out += ["", _fence(local_paths(str(example.get("message") or headline).strip())), ""]
     out += ["### Environment (the newest failing set)", "", *_environment(example, cells.get(str(example["cell_id"])), runs), ""]
     # The cells of the transitions the attribution section lists, and the example, come first.
     compared = {str(t.get(k)) for t in _listed(moves) for k in ("before_cell", "after_cell") if t.get(k)} | {str(example["cell_id"])}
-    table = _contrast(list(grouped.values()), scenarios, signature, evidence=compared)
+    table = _contrast(list(grouped.values()), scenarios[:_TABLE_COLUMNS], signature, evidence=compared)
     out += ["### Where it passes and where it fails", "", *table, ""]
+    if len(scenarios) > _TABLE_COLUMNS:
+        out += [f"(the first {_TABLE_COLUMNS} of {len(scenarios)} with this failure; the summary above counts each)", ""]
     out += ["### Attribution", "", *_attribution(moves), ""]
     out += _known_good(known_good or {}, example, scenarios)
     nodes = node_ids(rows, str(example["cell_id"]))
-    out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios, runs, files, nodes), ""]
-    out += ["### Traceback (tail)", "", _fence(_tail(trace)) if trace.strip() else "(none recorded)", ""]
+    out += ["### Reproduce", "", *_repro(str(example["cell_id"]), example, scenarios[:_TABLE_COLUMNS], runs, files, nodes, repro), ""]
+    out += ["### Traceback (the last frames)", "", _fence(trace) if trace.strip() else "(none recorded)", ""]
     family = str(example.get("signature_family") or "")
     out += _footer(relevant, runs, db, f"signature {code(signature)}" + (f" (family `{family}`)" if family else ""))
-    return "\n".join(out) + "\n"
+    return _written("\n".join(out) + "\n", roots, repro)
+
+
+def _written(markdown: str, roots: Sequence[tuple[str, str]], repro: Repro | None) -> str:
+    """Every path written from its root, then the script put in as it is (it is the user's code)."""
+    markdown = local_paths(markdown, roots)
+    if repro is None:
+        return markdown
+    return markdown.replace(_SCRIPT, _fence(repro.script.rstrip("\n"), "python"), 1)
 
 
 def render_cell_report(
@@ -655,11 +812,13 @@ def render_cell_report(
     scenario_docs: Mapping[str, str] | None = None,
     db: str = "",
     known_good: Mapping[str, KnownGoodSet] | None = None,
+    roots: Sequence[tuple[str, str]] = (),
 ) -> str:
     """An issue body for one cell: every scenario's outcome there, its neighbours, each failure.
 
     rows: outcome rows (with traces) of the cell and, for the contrast, of other cells (the
     neighbours: one axis different). cell_record: the cell's `cells` record (freeze, env status).
+    roots: the machine's folders and how to write the paths under them (`redact.local_paths`).
     """
     rows = list(rows)
     runs, files, docs = runs or {}, scenario_files or {}, scenario_docs or {}
@@ -701,7 +860,7 @@ def render_cell_report(
         sections += ["", f"Signature: {code(signature)}", ""]
         if moves_here:
             sections += ["Attribution:", "", *_attribution(moves_here), ""]
-        fenced = _fence(_tail(trace)) if trace.strip() else "(no traceback recorded)"
+        fenced = _fence(trace) if trace.strip() else "(no traceback recorded)"
         if len(failing) > 2:  # many failures: keep the page scannable
             sections += ["<details><summary>Traceback (tail)</summary>", "", fenced, "", "</details>", ""]
         else:
@@ -734,4 +893,4 @@ def render_cell_report(
         out += ["### Failures", "", *sections]
         out += ["### Reproduce", "", *_repro(cell_id, example, failing, runs, files, node_ids(rows, cell_id)), ""]
     out += _footer([r for r in rows if r.get("cell_id") == cell_id], runs, db, f"cell `{cell_id}`")
-    return "\n".join(out) + "\n"
+    return _written("\n".join(out) + "\n", roots, None)

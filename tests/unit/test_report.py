@@ -152,20 +152,29 @@ SIGNATURE_REPORT_HAS = [
         "  - with torch 2.13.0, transformers 5.23.0, peft 0.19.1, bitsandbytes 0.49.2\n",
         id="attribution",
     ),
+    # the CPU build of torch resolves on a clean machine only with the PyTorch index: the public one, named
     pytest.param(
-        "pip install torch==2.13.0+cpu transformers==5.23.0 accelerate==1.13.0 peft==0.19.1 bitsandbytes==0.49.2", id="repro-install"
+        "pip install --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu transformers==5.23.0 accelerate==1.13.0"
+        " peft==0.19.1 bitsandbytes==0.49.2",
+        id="repro-install",
     ),
     pytest.param("python scenarios/gemma4_peft_split_4bit_load.py", id="repro-script"),
     pytest.param(
         f"harness sweep --matrix matrix.toml --cell {cell_id('5.23.0', '1.13.0')} --scenario gemma4_peft_split_4bit_load",
         id="repro-harness",
     ),
-    pytest.param("--find-links /opt/wheels", id="wheel-source"),
-    # the traceback tail, fenced, with the runner's paths cut to site-packages/
+    # the run's own folder of wheels is this machine's: said, never named
+    pytest.param("# the run also took packages from a source of its machine's own", id="wheel-source"),
+    # the last frames, fenced, from the scenario on (the harness's child process is no part of it), the runner's paths cut
     pytest.param(
-        '```text\nTraceback (most recent call last):\n  File "harness/child.py", line 68, in run_scenario', id="fenced-traceback-start"
+        '```text\nTraceback (most recent call last):\n  File "scenarios/gemma4_peft_split_4bit_load.py", line 57, in main',
+        id="fenced-traceback-start",
     ),
-    pytest.param('  File "site-packages/accelerate/utils/modeling.py", line 363, in set_module_tensor_to_device', id="short-paths"),
+    pytest.param(
+        '  File "site-packages/accelerate/utils/modeling.py", line 363, in set_module_tensor_to_device'
+        "  ← accelerate: the innermost frame under test\n",
+        id="short-paths-frame-marked",
+    ),
     pytest.param(MESSAGE + "\n```", id="fenced-traceback-end"),
     pytest.param("- `gemma4_peft_split_4bit_load` — PEFT adapter load onto", id="summary-doc"),
     pytest.param("Fails with it in 2 of 7 tested version set(s); passes in 4.", id="summary-counts"),
@@ -179,7 +188,7 @@ def test_signature_report_has(body: str, expected: str) -> None:
 
 
 def test_signature_report_leaks_no_runner_paths(body: str) -> None:
-    assert "/tmp/envs" not in body and "/work/main" not in body
+    assert "/tmp/envs" not in body and "/work/main" not in body and "/opt/wheels" not in body
 
 
 #: library -> repository to file at
@@ -253,7 +262,7 @@ def test_cell_report_shows_the_cell_its_neighbours_and_each_failure() -> None:
     assert "**File at:** huggingface/accelerate" in body
     assert "- `gemma4_peft_split_4bit_load`: fixed in accelerate 1.14.0 (after 1.13.0), on 2 line(s) of the matrix (cpu ·" in body
     assert "numpy==2.4.6" in body
-    assert '```text\nTraceback (most recent call last):\n  File "harness/child.py"' in body
+    assert '```text\nTraceback (most recent call last):\n  File "scenarios/gemma4_peft_split_4bit_load.py"' in body
     assert f"--cell {cell_id()} --scenario {SCENARIO}" in body
 
 

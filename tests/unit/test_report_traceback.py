@@ -9,8 +9,11 @@ from harness.analysis.redact import local_paths
 from harness.analysis.shorttrace import LIMIT, frames_of, short_traceback
 
 ENV = "/tmp/r39/envs/torch2.13.0-tf5.8.0-peft0.18.0-c4fef2c25fb6/lib/python3.11/site-packages"
-SIG = "ImportError: cannot import name '_maybe_shard_state_dict_for_tp' from 'peft.utils.save_and_load' (...) @ transformers/integrations/peft.py:load_adapter"
-DOCSTRING = "\n".join(f"            line {i} of transformers' docstring for load_adapter, which pytest's long format repeats" for i in range(45))
+SIG = (
+    "ImportError: cannot import name '_maybe_shard_state_dict_for_tp' from 'peft.utils.save_and_load' (...)"
+    " @ transformers/integrations/peft.py:load_adapter"
+)
+DOCSTRING = "\n".join(f"            line {i} of transformers' docstring, which pytest's long format repeats" for i in range(45))
 #: pytest's long format as a suite's test stores it (`str(report.longrepr)`): the real regression of issue 39
 PYTEST_LONG = f"""tiny_model = <function _tiny_model at 0x7f5c5c9394e0>
 tmp_path = PosixPath('/tmp/pytest-of-root/pytest-11/test_load_adapter_roundtrip0')
@@ -22,8 +25,8 @@ tmp_path = PosixPath('/tmp/pytest-of-root/pytest-11/test_load_adapter_roundtrip0
         model = tiny_model()
 >       model.load_adapter(str(tmp_path))
 
-tests/test_adapter.py:14: 
-_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ 
+tests/test_adapter.py:14:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
 
 self = LlamaForCausalLM(
   (model): LlamaModel(
@@ -55,7 +58,8 @@ def test_pytest_long_format_becomes_short_with_the_frame_under_test_marked() -> 
         "    model.load_adapter(str(tmp_path))",
         f"{ENV}/transformers/integrations/peft.py:509: in load_adapter  ← transformers: the innermost frame under test",
         "    from peft.utils.save_and_load import _maybe_shard_state_dict_for_tp",
-        f"E   ImportError: cannot import name '_maybe_shard_state_dict_for_tp' from 'peft.utils.save_and_load' ({ENV}/peft/utils/save_and_load.py)",
+        "E   ImportError: cannot import name '_maybe_shard_state_dict_for_tp' from 'peft.utils.save_and_load'"
+        f" ({ENV}/peft/utils/save_and_load.py)",
     ]
     assert "docstring" not in short
 
@@ -147,9 +151,7 @@ PATHS = [
     pytest.param("cd /data/suite", [("/data/suite", "")], "cd .", id="the-root-itself"),
     pytest.param("/data/suite2/x", [("/data/suite", "")], "/data/suite2/x", id="not-a-prefix-of-a-name"),
     pytest.param("../../../tmp/pytest-of-ann/t0/x", [("/tmp", "<tmp>")], "<tmp>/pytest-of-ann/t0/x", id="climbed-to"),
-    pytest.param(
-        "/tmp/run/out/x and /tmp/y", [("/tmp", "<tmp>"), ("/tmp/run", "")], "out/x and <tmp>/y", id="longest-root-first"
-    ),
+    pytest.param("/tmp/run/out/x and /tmp/y", [("/tmp", "<tmp>"), ("/tmp/run", "")], "out/x and <tmp>/y", id="longest-root-first"),
     pytest.param("https://example.org/a/b/c", [("/a", "<a>")], "https://example.org/a/b/c", id="a-url-is-left"),
 ]
 
