@@ -1,6 +1,11 @@
-"""Do two harness trees give the same answers over the same results files?
+"""Do two harness trees give the same answers over the same results files? Or one harness over two files?
 
     .venv/bin/python scripts/same_answers.py --before 01440fa results/default.duckdb /tmp/suite-5000.duckdb ...
+    .venv/bin/python scripts/same_answers.py --against newest-only.duckdb thirty-nights.duckdb
+
+With --against, this checkout's harness answers each file and the one given, which must agree
+field by field, outcome counts included: a file that holds earlier runs of the same outcomes
+answers as the file of the newest run alone (its history never changes today's answers).
 
 For each file, this checkout's harness and the one of --before (a commit, exported from git into
 a temporary folder) each read every outcome (`queries.outcome_rows`) and compute the
@@ -62,9 +67,15 @@ def answers(tree: Path, path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="a commit of this repository")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--before", help="a commit of this repository: its harness against this one, over each file")
+    which.add_argument(
+        "--against", type=Path, help="a results file: this harness's answers over each file against its answers over this one"
+    )
     parser.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    if args.against is not None:
+        return _against(args.against, args.files)
     with tempfile.TemporaryDirectory(prefix="same-answers-") as tmp:
         archive = subprocess.run(["git", "archive", args.before, "harness"], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
@@ -78,6 +89,23 @@ def main(argv: list[str] | None = None) -> int:
                     if old["answers"][key] != new["answers"][key]:
                         print(f"  {key} differ")
                 return 1
+    return 0
+
+
+def _against(base: Path, files: list[Path]) -> int:
+    """Whether each file answers as `base` does: a file holding N runs of the same outcomes
+    against the file holding only the newest of them (issue #37: the same answers whatever the history)."""
+    want = answers(ROOT, base.resolve())
+    for path in files:
+        got = answers(ROOT, path.resolve())
+        counts = ", ".join(f"{len(v)} {k}" for k, v in got["answers"].items())
+        verdict = "same" if got["answers"] == want["answers"] and got["outcomes"] == want["outcomes"] else "DIFFERENT"
+        print(f"{path}: {got['outcomes']} outcomes, {counts}: {verdict} as {base} ({want['outcomes']} outcomes)")
+        if verdict != "same":
+            for key in got["answers"]:
+                if got["answers"][key] != want["answers"][key]:
+                    print(f"  {key} differ")
+            return 1
     return 0
 
 

@@ -26,9 +26,18 @@ same cell on an H100 and on an H200 has a current state on each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import duckdb
+
+from harness.analysis.changes import Depends, DependsOn, Span, flaky_flips
+from harness.analysis.rows import json_map
+from harness.errors import BadInput
+from harness.storage.resultsfile import SqlResultsFile
 
 #: The machine of an outcome, from its cell (`c`) and its run (`r`): platform, accelerator, GPU
 #: count, the cell interpreter's Python (major.minor) and the CUDA runtime of its torch build, as
@@ -161,8 +170,34 @@ def settle(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]] | Non
             f"""UPDATE main.{table} x SET first_run = s.first_run, seconds_before = s.seconds_before
                 FROM _settle_keep s WHERE s.src = '{src}' AND {stays} AND {on} AND {changed}"""
         )
+    _flag_flaky(con, touched)
     for name in ("_settle_cand", "_settle_rows", "_settle_keep", "_touched"):
         con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def _flag_flaky(con: duckdb.DuckDBPyConnection, touched: bool) -> None:
+    """Table `flaky`, for the settled keys: each (cell, test) on a machine whose spans flip from a
+    pass to a failure, or back, where nothing it depends on changed (`analysis.changes.flaky_flips`),
+    named by the run of its current state (what a reader's rows carry). Kept at write time: a
+    reader marks its rows from a few flagged keys instead of reading every span."""
+    test = TEST_SQL.format(a="h")
+    mine = f" SEMI JOIN _touched t ON h.cell_id = t.cell_id AND {test} = t.test" if touched else ""
+    keys = f"SELECT DISTINCT h.cell_id, {test} AS test FROM history h{mine}"
+    fetch = _fetch_of(con)
+    spans = _spans(fetch, keys, [])
+    flips = flaky_flips(spans, depends(fetch))
+    current: dict[tuple[str, str, str], Span] = {}
+    for span in spans:
+        if span.key not in current or (span.last_at, span.last_run) > (current[span.key].last_at, current[span.key].last_run):
+            current[span.key] = span
+    if touched:
+        con.execute("DELETE FROM main.flaky f WHERE EXISTS (SELECT 1 FROM _touched t WHERE t.cell_id = f.cell_id AND t.test = f.test)")
+    else:
+        con.execute("DELETE FROM main.flaky")
+    rows = [[current[key].last_run, key[1], key[2], reason] for key, reason in sorted(flips.items())]
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        con.execute(f"INSERT INTO main.flaky VALUES {', '.join('(?, ?, ?, ?)' for _ in chunk)}", [v for row in chunk for v in row])
 
 
 # -- readers -----------------------------------------------------------------------------------
@@ -208,3 +243,166 @@ def _shadowed(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+# -- reads of the history ------------------------------------------------------------------------
+#: Runs that do not sweep the matrix: what a watch, a refinement or a bisection built beside a sweep.
+_SIDE_RUNS = ("watch-", "refine-", "bisect-")
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    started_at: datetime
+    inputs: Mapping[str, Any]
+
+    @property
+    def sweep(self) -> bool:
+        return not self.run_id.startswith(_SIDE_RUNS)
+
+
+#: A read of the file: SQL and its parameters -> rows as dicts (`Store.fetch`, or a writer's connection: `_fetch_of`).
+Fetch = Callable[[str, Sequence[Any]], list[dict[str, Any]]]
+
+
+def _fetch_of(con: duckdb.DuckDBPyConnection) -> Fetch:
+    def fetch(sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = con.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    return fetch
+
+
+def runs(fetch: Fetch) -> list[Run]:
+    """Every run of the file, oldest first, with the inputs it recorded (`running.sweep.run_inputs`)."""
+    rows = fetch("SELECT run_id, started_at, json_extract(settings, '$.inputs') AS inputs FROM runs ORDER BY started_at, run_id", [])
+    return [Run(str(r["run_id"]), r["started_at"], json_map(r["inputs"])) for r in rows]
+
+
+@dataclass(frozen=True)
+class Depth:
+    """How deep the history is: `5 runs, 2026-11-22 to 2026-11-26`."""
+
+    runs: int
+    first: datetime | None
+    last: datetime | None
+    kept: int  # history rows (spans no longer current)
+
+    def describe(self) -> str:
+        if not self.runs or self.first is None or self.last is None:
+            return "no runs"
+        span = (
+            f"{self.first:%Y-%m-%d}"
+            if f"{self.first:%Y-%m-%d}" == f"{self.last:%Y-%m-%d}"
+            else f"{self.first:%Y-%m-%d} to {self.last:%Y-%m-%d}"
+        )
+        return f"{self.runs} run{'s' if self.runs != 1 else ''}, {span}"
+
+
+def depth(store: SqlResultsFile) -> Depth:
+    """The file's runs and the history rows it keeps."""
+    row = store.fetch("SELECT count(*) AS n, min(started_at) AS first, max(started_at) AS last FROM runs")[0]
+    kept = store.fetch("SELECT count(*) AS n FROM history")[0]["n"]
+    return Depth(int(row["n"]), row["first"], row["last"], int(kept))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What `harness changes` compares: the state after `run` (at `moment`) against the current one."""
+
+    run: Run
+    newest: Run
+
+
+def baseline(store: SqlResultsFile, since: str = "") -> Baseline | None:
+    """The run to compare the current state with: by default the newest run before the newest
+    sweep (watch, refinement and bisection runs belong to the sweep before them); `since` a run
+    id (its state), or a date (the newest run started before it). None: one run, nothing before.
+    BadInput names the runs for a `since` the file does not hold."""
+    found = runs(store.fetch)
+    if not found:
+        return None
+    newest = next((r for r in reversed(found) if r.sweep), found[-1])
+    if not since:
+        before = [r for r in found if (r.started_at, r.run_id) < (newest.started_at, newest.run_id)]
+        return Baseline(before[-1], newest) if before else None
+    named = next((r for r in found if r.run_id == since), None)
+    if named is not None:
+        return Baseline(named, newest)
+    moment = _date(since, found)
+    before = [r for r in found if r.started_at < moment]
+    if not before:
+        oldest = f"{found[0].run_id}, started {found[0].started_at:%Y-%m-%d %H:%M}"
+        raise BadInput(f"--since {since!r}: no run started before it (the oldest: {oldest}); give a later date")
+    return Baseline(before[-1], newest)
+
+
+def _date(text: str, found: list[Run]) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        names = ", ".join(r.run_id for r in found[-5:])
+        raise BadInput(
+            f"--since {text!r} is neither a run of this file nor a date; give a run id (the newest: {names}) or a date like 2026-11-25"
+        ) from None
+
+
+def spans_since(store: SqlResultsFile, moment: datetime) -> list[Span]:
+    """Every span, current and history, of the (machine, cell, test) keys whose current state
+    began after `moment`: all that can differ from the state then (`analysis.changes.compare`)."""
+    test = TEST_SQL.format(a="o")
+    moved = (
+        f"SELECT DISTINCT o.cell_id, {test} AS test FROM outcomes o "
+        "JOIN runs f ON f.run_id = COALESCE(o.first_run, o.run_id) WHERE f.started_at > ?"
+    )
+    return _spans(store.fetch, moved, [moment])
+
+
+def _spans(fetch: Fetch, keys: str, params: list[Any]) -> list[Span]:
+    test = TEST_SQL.format(a="x")
+    rows = fetch(
+        f"""
+        WITH k AS ({keys}),
+        x AS (
+            SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id FROM outcomes
+            UNION ALL SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id FROM history
+        )
+        SELECT {MACHINE_SQL} AS machine, x.cell_id, {test} AS test, x.scenario AS node, x.repeat, x.status,
+               COALESCE(x.signature, '') AS signature, COALESCE(x.first_run, x.run_id) AS first_run, x.run_id AS last_run,
+               COALESCE(f.started_at, r.started_at) AS first_at, r.started_at AS last_at
+        FROM x SEMI JOIN k ON x.cell_id = k.cell_id AND {test} = k.test
+        LEFT JOIN cells c USING (run_id, cell_id) LEFT JOIN runs r USING (run_id)
+        LEFT JOIN runs f ON f.run_id = COALESCE(x.first_run, x.run_id)
+        """,
+        params,
+    )
+    return [Span(**row) for row in rows]
+
+
+def depends(fetch: Fetch) -> DependsOn:
+    """What each run's outcome in each cell depended on (`analysis.changes.Depends`): the cell's
+    resolved environment from its record in that run, the scenario's or the test file's
+    content and the code under test from the inputs the run recorded ("" where it recorded none)."""
+    envs = {
+        (r["run_id"], r["cell_id"]): str(r["env"] or "")
+        for r in fetch(
+            "SELECT run_id, cell_id, md5(concat_ws('|', CAST(installed AS VARCHAR), CAST(inherited AS VARCHAR), "
+            "CAST(git_commits AS VARCHAR), COALESCE(env_status, ''))) AS env FROM cells",
+            [],
+        )
+    }
+    inputs = {r.run_id: r.inputs for r in runs(fetch)}
+
+    def depends_on(run: str, cell: str, node: str) -> Depends | None:
+        env, recorded = envs.get((run, cell), ""), inputs.get(run)
+        if not recorded:
+            return None
+        tests = json_map(recorded.get("tests"))
+        paths = json.dumps(recorded.get("paths") or {}, sort_keys=True)
+        if tests and ("::" in node or node in json_map(tests.get("files"))):
+            file = str(json_map(tests.get("files")).get(node.split("::")[0]) or "")
+            return Depends(env, f"{file}/{tests.get('config', '')}" if file else "", f"{tests.get('code', '')} {paths}")
+        return Depends(env, str(json_map(recorded.get("scenarios")).get(node) or ""), f"pinned {paths}")
+
+    return depends_on

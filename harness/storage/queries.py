@@ -93,7 +93,28 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
         for cell in store.fetch(sql, params):
             key = (cell.pop("_run"), cell.pop("_cell"))
             templates[key] = {**dict.fromkeys(own), **cell}  # the outcome's columns first, as the view lists them
-    return _rows_from(tuples, own, templates)
+    return mark_flaky(store, _rows_from(tuples, own, templates))
+
+
+def flaky_across_runs(store: SqlResultsFile) -> dict[tuple[str, str, str], str]:
+    """(run, cell, test) of a current outcome -> why it is flaky across runs: its history flips
+    from a pass to a failure, or back, with nothing it depends on changed (table `flaky`, kept
+    by `history.settle`)."""
+    if not store.has_table("flaky"):
+        return {}
+    return {(r["run_id"], r["cell_id"], r["test"]): r["reason"] for r in store.fetch("SELECT run_id, cell_id, test, reason FROM flaky")}
+
+
+def mark_flaky(store: SqlResultsFile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` (as the answers read them) with `flaky_across` on each outcome of a test that is flaky
+    across runs (`flaky_across_runs`): the known-good set and pins count it as a failing repeat."""
+    flaky = flaky_across_runs(store)
+    if flaky:
+        for row in rows:
+            reason = flaky.get((row["run_id"], row["cell_id"], row["scenario"]))
+            if reason:
+                row["flaky_across"] = reason
+    return rows
 
 
 def _rows_from(
@@ -476,7 +497,7 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
     # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
     cuda, version = (_column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host_python = _column_or_null(store, "outcomes_v", "host_python")
-    return store.fetch(
+    rows = store.fetch(
         f"""
         WITH c AS (
             SELECT run_id, cell_id, python, versions, {cuda}, {version},
@@ -497,6 +518,7 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
         """,
         params,
     )
+    return mark_flaky(store, rows)
 
 
 # -- test suites: node ids grouped by file and class -------------------------------------------

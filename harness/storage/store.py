@@ -223,8 +223,8 @@ class Store:
 
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:
         """(cell, scenario, repeat) already stored for a run: a rerun computes only the rest."""
-        keys = "SELECT cell_id, scenario, repeat FROM {} WHERE run_id = ?"
-        rows = self.fetch(keys.format("outcomes") + " UNION " + keys.format("history"), [run_id, run_id])
+        of_table = "SELECT cell_id, scenario, repeat FROM {} WHERE run_id = ?"
+        rows = self.fetch(of_table.format("outcomes") + " UNION " + of_table.format("history"), [run_id, run_id])
         keys = {(r["cell_id"], r["scenario"], int(r["repeat"])) for r in rows}
         with self._lock:
             self._known[run_id] = set(keys)

@@ -276,13 +276,16 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # A file kept for months: `outcomes` holds the current state (the newest run of each
         # machine, cell and test) and `history` what came before, as spans of equal outcomes
         # (`history.py`). `first_run`: the run a row's span began in (NULL: its own run);
-        # `seconds_before`: the seconds of the observation before it. The rows of an older file
-        # are split and merged into spans by `history.settle` right after (`_AFTER`).
+        # `seconds_before`: the seconds of the observation before it. `flaky`: the (cell, test)
+        # whose outcome flipped across runs with nothing changed, by the run of its current
+        # state. The rows of an older file are split and merged into spans by `history.settle`
+        # right after (`_AFTER`).
         "0010_history",
         """
         ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS first_run TEXT;
         ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS seconds_before DOUBLE;
         CREATE TABLE IF NOT EXISTS history AS SELECT * FROM outcomes LIMIT 0;
+        CREATE TABLE IF NOT EXISTS flaky (run_id TEXT, cell_id TEXT, test TEXT, reason TEXT);
         CREATE OR REPLACE VIEW history_v AS """
         + HISTORY_VIEW
         + ";",

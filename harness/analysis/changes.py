@@ -1,0 +1,286 @@
+"""What changed between two states of a results file: regressed, fixed, flaky and new. Pure.
+
+A results file keeps each (machine, cell, test or scenario, repeat) as *spans*: runs in a row
+with the same outcome (`storage.history`). The state at a moment is, per key, the spans that
+held then; `compare` sets the state before the newest run (or any earlier moment) against the
+current one, as crater and PkgEval class a change:
+
+- *regressed*: it passed then and fails now; *fixed*: it failed then and passes now;
+- *flaky*: either of those where nothing that the outcome depends on changed between the two
+  runs around the change (`Depends`: the cell's resolved environment, the scenario or test
+  file, the code under test): never a regression, and evidence of flakiness for pins;
+- *new*: not run before: a new cell (a new release a watch built) or a new test in a cell.
+
+A key whose repeats or whose statuses say nothing (not applicable, inconclusive, xfail, an env
+that did not build) on either side changes nothing here.
+
+>>> t = [datetime(2026, 11, d) for d in range(20, 23)]
+>>> spans = [Span("cpu", "c1", "t", "t", 0, "pass", "", "r1", "r1", t[0], t[0]),
+...          Span("cpu", "c1", "t", "t", 0, "fail", "E", "r2", "r3", t[1], t[2])]
+>>> same = lambda run, cell, node: Depends("env", "file", "code")
+>>> [c.kind for c in compare(spans, t[0], same).items]
+['flaky']
+>>> [c.kind for c in compare(spans, t[0], lambda run, cell, node: Depends("env", "file", run)).items]
+['regressed']
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from typing import Any, Literal
+
+from harness.analysis.rows import Machine, group_of
+from harness.analysis.status import FAILURES, Status
+
+Kind = Literal["regressed", "fixed", "flaky", "new"]
+#: The order a report reads them in: what broke first (crater's).
+KINDS: tuple[Kind, ...] = ("regressed", "fixed", "flaky", "new")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Consecutive observations of one key with one outcome (a row of `outcomes` or `history`)."""
+
+    machine: str  # the machine key (`storage.history.MACHINE_SQL`)
+    cell_id: str
+    test: str  # the test's identity across the suite's releases (a scenario's name)
+    node: str  # the node id the newest observation had
+    repeat: int
+    status: str
+    signature: str
+    first_run: str
+    last_run: str
+    first_at: datetime
+    last_at: datetime
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.machine, self.cell_id, self.test)
+
+
+@dataclass(frozen=True)
+class Depends:
+    """What an outcome depends on in one run: "" where a run did not record it (never equal)."""
+
+    env: str  # the cell's resolved environment (its freeze, inherited packages, commits)
+    inputs: str  # the scenario file or the test's file (and the suite's conftest and configuration)
+    code: str  # the code under test (the commit and uncommitted changes of the suite's repository)
+
+    def same_as(self, other: Depends) -> bool:
+        return all((self.env, self.inputs, self.code)) and self == other
+
+
+#: (run, cell, node id) -> what the outcome depended on there, or None where the file does not say.
+DependsOn = Callable[[str, str, str], Depends | None]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One test (or scenario) in one cell on one machine that changed since the moment compared with."""
+
+    kind: Kind
+    machine: str
+    cell_id: str
+    test: str
+    node: str
+    before: str  # its status then ("" for new), folded over its repeats
+    after: str
+    signature: str  # the failure now (regressed, flaky to a failure), or then (fixed, flaky to a pass)
+    before_run: str  # the run that showed it before ("" for new)
+    after_run: str  # the run that showed it first as it is now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "machine": self.machine, "cell": self.cell_id, "test": self.test, "node_id": self.node,
+            "before": self.before, "after": self.after, "signature": self.signature,
+            "before_run": self.before_run, "after_run": self.after_run,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Every change since a moment, with the cells that are new altogether."""
+
+    items: tuple[Change, ...] = ()
+    new_cells: tuple[tuple[str, str], ...] = ()  # (machine, cell id) with no outcome before
+
+    def of(self, kind: Kind) -> list[Change]:
+        return [c for c in self.items if c.kind == kind]
+
+    def tests(self, kind: Kind) -> int:
+        """How many tests (or scenarios), on any machine and in any cell, changed so."""
+        return len({(c.machine, c.test) for c in self.of(kind)})
+
+    def headline(self) -> str:
+        """`+3 failing, −1 fixed, 2 flaky, 1 new cell`: the counts of tests, and of new cells."""
+        parts = [f"+{self.tests('regressed')} failing", f"−{self.tests('fixed')} fixed", f"{self.tests('flaky')} flaky"]
+        cells = len(self.new_cells)
+        if cells:
+            parts.append(f"{cells} new cell{'s' if cells != 1 else ''}")
+        new_tests = self.tests("new") - len({(c.machine, c.test) for c in self.of("new") if (c.machine, c.cell_id) in set(self.new_cells)})
+        if new_tests > 0:
+            parts.append(f"{new_tests} new test{'s' if new_tests != 1 else ''}")
+        return ", ".join(parts)
+
+
+def _class(status: str) -> str:
+    """`pass`, `fail` (any failure) or "" (says nothing)."""
+    if status == Status.PASS:
+        return "pass"
+    return "fail" if status in FAILURES else ""
+
+
+def fold(spans: Sequence[Span]) -> tuple[str, str]:
+    """One key's repeats as (class, signature): failing if any repeat fails, passing if the
+    others all pass, "" where none says either; the signature is the commonest failure's."""
+    classes = [_class(s.status) for s in spans]
+    if "fail" in classes:
+        signatures = Counter(s.signature or s.status for s in spans if _class(s.status) == "fail")
+        return "fail", signatures.most_common(1)[0][0]
+    return ("pass", "") if "pass" in classes else ("", "")
+
+
+def state_at(spans: Sequence[Span], moment: datetime | None) -> list[Span]:
+    """The spans of one key that held at `moment` (None: now): per repeat, the newest span begun
+    by then; of those, only the repeats of the key's newest observation by then (a run with
+    fewer repeats leaves the others behind).
+
+    >>> a = datetime(2026, 11, 1); b = datetime(2026, 11, 2)
+    >>> old = Span("m", "c", "t", "t", 1, "pass", "", "r1", "r1", a, a)
+    >>> new = Span("m", "c", "t", "t", 0, "fail", "E", "r1", "r2", a, b)
+    >>> [s.repeat for s in state_at([old, new], None)], sorted(s.repeat for s in state_at([old, new], a))
+    ([0], [0, 1])
+    """
+    begun = [s for s in spans if moment is None or s.first_at <= moment]
+    if not begun:
+        return []
+    seen = max(s.last_at if moment is None else min(s.last_at, moment) for s in begun)
+    return [s for s in begun if s.last_at >= seen]
+
+
+def compare(spans: Iterable[Span], since: datetime, depends: DependsOn) -> Changes:
+    """The changes from the state at `since` to the state now (`state_at`), per key, classed by
+    `depends` (what each run's outcome depended on: a flip where it is the same is flaky)."""
+    by_key: dict[tuple[str, str, str], list[Span]] = defaultdict(list)
+    for span in spans:
+        by_key[span.key].append(span)
+    items: list[Change] = []
+    cells_before: set[tuple[str, str]] = set()
+    cells_now: set[tuple[str, str]] = set()
+    for key, found in by_key.items():
+        then, now = state_at(found, since), state_at(found, None)
+        if then:
+            cells_before.add(key[:2])
+        if now:
+            cells_now.add(key[:2])
+        change = _change(then, now, depends)
+        if change is not None:
+            items.append(change)
+    items.sort(key=lambda c: (KINDS.index(c.kind), c.machine, c.signature, c.test, c.cell_id))
+    return Changes(tuple(items), tuple(sorted(cells_now - cells_before)))
+
+
+def _change(then: Sequence[Span], now: Sequence[Span], depends: DependsOn) -> Change | None:
+    if not now:
+        return None
+    newest = max(now, key=lambda s: (s.last_at, s.last_run))
+    after, signature = fold(now)
+    if not then:
+        return Change(
+            "new", newest.machine, newest.cell_id, newest.test, newest.node, "", after or _word(now), signature, "", newest.first_run
+        )
+    before, old_signature = fold(then)
+    if not before or not after or (before, old_signature) == (after, signature):
+        return None  # says nothing on one side, or the same
+    # the runs around the change: the last that showed it as it was, the first that showed it as it is
+    was = max(then, key=lambda s: (s.last_at, s.last_run))
+    moved = [s for s in now if s not in then] or list(now)
+    began = min(moved, key=lambda s: (s.first_at, s.first_run))
+    old = depends(was.last_run, was.cell_id, was.node)
+    new = depends(began.first_run, began.cell_id, began.node)
+    steady = old is not None and new is not None and old.same_as(new)
+    kind: Kind = "flaky" if steady else ("fixed" if after == "pass" else "regressed")
+    shown = signature if after == "fail" else old_signature
+    return Change(kind, newest.machine, newest.cell_id, newest.test, newest.node, before, after, shown, was.last_run, began.first_run)
+
+
+def _word(spans: Sequence[Span]) -> str:
+    return spans[0].status if spans else ""
+
+
+# -- across the whole history: flips with nothing changed ---------------------------------------
+def flaky_flips(spans: Iterable[Span], depends: DependsOn) -> dict[tuple[str, str, str], str]:
+    """(machine, cell, test) -> what made it flaky across runs: a span followed by one of the
+    other class (a pass by a failure, or back) while nothing it depends on changed. Pins and the
+    known-good set count it as a failing repeat would count.
+
+    >>> t = [datetime(2026, 11, d) for d in range(20, 23)]
+    >>> spans = [Span("cpu", "c1", "t", "t", 0, s, sig, r, r, d, d) for s, sig, r, d in
+    ...          [("pass", "", "r1", t[0]), ("fail", "E", "r2", t[1]), ("pass", "", "r3", t[2])]]
+    >>> flaky_flips(spans, lambda run, cell, node: Depends("env", "file", "code"))
+    {('cpu', 'c1', 't'): 'flaky across runs: passed in r1, failed in r2 (E) with nothing changed'}
+    """
+    by_repeat: dict[tuple[str, str, str, int], list[Span]] = defaultdict(list)
+    for span in spans:
+        by_repeat[(*span.key, span.repeat)].append(span)
+    found: dict[tuple[str, str, str], str] = {}
+    for (machine, cell, test, _), ordered in sorted(by_repeat.items()):
+        ordered.sort(key=lambda s: (s.last_at, s.last_run))
+        for a, b in pairwise(ordered):
+            one, other = _class(a.status), _class(b.status)
+            if not one or not other or one == other or (machine, cell, test) in found:
+                continue
+            old, new = depends(a.last_run, a.cell_id, a.node), depends(b.first_run, b.cell_id, b.node)
+            if old is not None and new is not None and old.same_as(new):
+                failing = a if one == "fail" else b
+                words = {"pass": "passed", "fail": "failed"}
+                found[(machine, cell, test)] = (
+                    f"flaky across runs: {words[one]} in {a.last_run}, {words[other]} in {b.first_run} "
+                    f"({failing.signature or failing.status}) with nothing changed"
+                )
+    return found
+
+
+# -- words --------------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """Changes of one kind, machine, signature and file (or class): one line of a report."""
+
+    kind: Kind
+    machine: str
+    signature: str
+    group: str
+    tests: list[str] = field(default_factory=list)
+    cells: set[str] = field(default_factory=set)
+    runs: set[tuple[str, str]] = field(default_factory=set)
+
+
+def groups(changes: Changes) -> list[Group]:
+    """The changes gathered by kind, machine, signature and file (or class), in report order:
+    a suite's 400 tests that broke in one file with one signature are one line."""
+    found: dict[tuple[str, str, str, str], Group] = {}
+    for c in changes.items:
+        if c.kind == "new" and (c.machine, c.cell_id) in set(changes.new_cells):
+            continue  # a new cell is one line of its own
+        key = (c.kind, c.machine, c.signature, group_of(c.node))
+        group = found.setdefault(key, Group(c.kind, c.machine, c.signature, group_of(c.node)))
+        if c.node not in group.tests:
+            group.tests.append(c.node)
+        group.cells.add(c.cell_id)
+        group.runs.add((c.before_run, c.after_run))
+    return sorted(found.values(), key=lambda g: (KINDS.index(g.kind), g.machine, -len(g.tests), g.group, g.signature))
+
+
+def machine_label(key: str) -> str:
+    """A machine key (`storage.history.MACHINE_SQL`) as the answers name machines.
+
+    >>> machine_label("linux-x86_64|cpu|0|3.11|"), machine_label("linux-x86_64|NVIDIA H200|2|3.12|13.0")
+    ('cpu · linux-x86_64 · Python 3.11', '2x NVIDIA H200 · linux-x86_64 · Python 3.12 · CUDA 13.0')
+    """
+    platform, gpu, count, python, cuda = (key.split("|") + [""] * 5)[:5]
+    label = Machine(platform, gpu or ("cpu" if platform else ""), python, cuda).label()
+    return f"{count}x {label}" if count.isdigit() and int(count) > 1 and gpu and gpu.lower() != "cpu" else label
