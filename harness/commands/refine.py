@@ -514,7 +514,7 @@ def trip_account(db: Path, matrix: Path, wheelhouse: Path | None = None) -> list
         found = answer(results)
     lines = account(found.transitions, holding)
     text = account_text(lines)
-    if folder is None:
+    if folder is None and not all(line.exact for line in lines):
         text.append(f"  (no {MANIFEST} in {', '.join(map(str, folders)) or 'the matrix find_links'}: pass --wheelhouse DIR)")
     if any(r.reached == "not built" for line in lines for r in line.answers):
         text.append(f"  held, not built: {_why_not_built(spec.settings)}")

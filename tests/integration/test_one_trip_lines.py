@@ -148,3 +148,20 @@ def test_without_a_budget_the_ranges_were_not_held_and_a_plan_here_covers_the_in
     assert "6 probe cell(s) on 2 line(s)" in printed, printed
     assert "packaging 23.1, packaging 23.2, packaging 24.1" in printed and "typing-extensions 4.10.0" in printed, printed
     assert "left out" not in printed
+    # a plan narrowed to one axis names the line it leaves out
+    proc = run_cli("refine", "--db", str(merged), "--matrix", str(tmp_path / "here.toml"), "--plan", str(plan), "--axis", "packaging")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "left out: typing-extensions, with packaging 22.0: not along --axis packaging" in " ".join(proc.stdout.split())
+
+
+def test_the_account_of_a_stored_h200_trip_is_exact_on_every_line() -> None:
+    # the H200 one trip of matrices/gpu-one-trip.toml, as its runner wrote it (no wheelhouse kept)
+    stored = REPO / "results" / "gpu" / "h200-one-trip" / "one-trip.jsonl"
+    proc = run_cli("refine", "--account", "--db", str(stored), "--matrix", str(REPO / "matrices" / "gpu-one-trip.toml"))
+    assert proc.returncode == 0, proc.stderr
+    told = [line.strip() for line in proc.stdout.splitlines()]
+    assert told[0] == (
+        "account on NVIDIA H200 · linux-x86_64 · Python 3.12 · CUDA 13.0: 3 line(s) of the matrix with an answer: 3 exact, 0 with a range"
+    )
+    assert "exact: gpu_peft_device_map_generate: fixed in transformers 5.23.0 (after 5.22.2)" in told
+    assert sum(line.startswith("exact: ") for line in told) == 8 and not any(line.startswith("a range") for line in told)
