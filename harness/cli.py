@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness import __version__
 from harness.analysis.outcome import Outcome
 from harness.analysis.refine import Plan
+from harness.commands import changes
 from harness.commands.summary import WIDTH, render_answer
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERMINATED, BadInput, HarnessError
 from harness.inputs.matrix import Cell, load_matrix
@@ -143,6 +144,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
     )
     p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
+    _add_run_tag(p)
     p.add_argument("--model", default="", help="real checkpoint (hub id or path) for scenarios instead of the synthetic model")
     p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
     p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
@@ -245,7 +247,16 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.shard = parse_shard(args.shard) if args.shard else None
     options.durations = args.durations
     options.keyword, options.marker, options.allow_empty = args.keyword, args.marker, args.allow_empty
+    options.run_tag = args.run_tag
     return _suite_options(args, options)
+
+
+def _add_run_tag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--run-tag",
+        default="",
+        help="a scheduled run's own tag (the CI run's number), added to the default run id: each night runs afresh, its shards share it",
+    )
 
 
 def _suite_options(args: argparse.Namespace, options: SweepOptions | None = None) -> SweepOptions:
@@ -294,8 +305,18 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
             soft_wrap=True,
         )
+    _print_history(args.db, console)
     render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
     return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass
+
+
+def _print_history(db: Path, console: Console) -> None:
+    """What changed since the run before this one, and how deep the file's history is (a file of more than one run)."""
+    if not db.is_file():
+        return
+    with open_results(db, read_only=True) as store:
+        for line in changes.history_lines(store):
+            console.print(escape(line), soft_wrap=True, highlight=False)
 
 
 def _print_round(console: Console) -> Callable[[int, Plan], None]:
@@ -342,7 +363,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from harness.running.sweep import SweepOptions
 
     options = _suite_options(args, SweepOptions(args.matrix, args.db, scenarios=args.scenario, run_id=args.run_id, env_root=args.env_root))
-    options.keyword, options.marker, options.durations = args.keyword, args.marker, args.durations
+    options.keyword, options.marker, options.durations, options.run_tag = args.keyword, args.marker, args.durations, args.run_tag
     shards, whole = plan_shards(options, args.shards)
     timed = shards[0].expected is not None
     for shard in shards:  # for people; stdout is the scheduler's
@@ -388,6 +409,7 @@ def slurm_script(args: argparse.Namespace, shards: list[Any], cells: int) -> str
     flags += ["--tests-git", args.tests_git] if args.tests_git else []
     flags += ["--env-root", str(args.env_root)] if args.env_root else []
     flags += ["--run-id", args.run_id] if args.run_id else []
+    flags += ["--run-tag", args.run_tag] if args.run_tag else []
     scenarios = [x for name in args.scenario for x in ("--scenario", name)]
     durations = args.durations or (args.db if args.db.is_file() else None)
     shard_flags = ["--durations", str(durations)] if durations is not None else []
@@ -477,6 +499,8 @@ def _cmd_summary(args: argparse.Namespace, console: Console) -> int:
     args.db = args.db_file or args.db
     with open_results(args.db, read_only=True) as store:
         found = answer(store, args.run_id or None)
+    if not args.json and not args.run_id:
+        _print_history(Path(args.db), console)
     if args.json:
         for row in found.rows:
             print(json.dumps(row, default=str))
@@ -512,6 +536,7 @@ def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
     result = done.result
     if args.json:
         items = [*(t.to_dict() for t in result.transitions), *(m.to_dict() for m in result.machines), *(f.to_dict() for f in result.flaky)]
+        items += [r.to_dict() for r in done.requirements]  # kind "requirement": what two exact answers state together
         for item in items:
             print(json.dumps(item))
         return EXIT_OK
@@ -520,6 +545,12 @@ def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
         console.print("no transitions: no failure changes between neighbouring versions of an axis with the other axes held fixed")
     if done.unlisted:
         console.print(f"the index's releases of {', '.join(done.unlisted)} could not be listed: changes along them are ranges")
+    for stated in done.requirements:
+        console.print(f"missing requirement: [bold]{escape(stated.text())}[/] on {stated.machine or 'an unrecorded machine'}", highlight=False)
+        console.print(f"  {escape(', '.join(stated.scenarios))}: {escape(stated.signature)}", highlight=False)
+        for line in stated.lines():
+            console.print(f"  {escape(line)}", highlight=False)
+        console.print(f"  cells: {'; '.join(f'{c} {w}' for c, w in stated.cells())}", highlight=False)
     exact = sum(t.exact for t in result.transitions)
     console.print(
         f"{len(result.transitions)} transition(s) ({exact} exact, {len(result.transitions) - exact} range(s)), "
@@ -549,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", default="", help="only this run")
     p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
     p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
+    changes.add_parser(sub)
     _add_attribute(sub)
     _add_pin(sub)
     _add_report(sub)
@@ -600,6 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
     p.add_argument("--env-root", type=Path, default=None, help="where the shards' cell virtualenvs live (passed on to each shard)")
     p.add_argument("--run-id", default="", help="the shards' run id (passed on; default: derived from the matrix and scenario files)")
+    _add_run_tag(p)
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; passed on)")
     p.add_argument(
         "--merged",
@@ -771,13 +804,22 @@ def _add_pin(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", default="", help="axes in order of preference (default: transformers,peft,accelerate,bitsandbytes,torch)")
     p.add_argument("--out", type=Path, default=None, help="write requirements.txt, constraints.txt and pylock.toml into this folder")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument(
+        "--constraints",
+        action="store_true",
+        help="print instead the requirements the results state ('transformers>=5.6.0 needs peft>=0.19.0') as pip constraints "
+        "for your own requirements: those of --scenario/--test, or all, on the machine class",
+    )
 
 
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
-    from harness.commands.pin import pin_file
+    from harness.commands.pin import pin_file, stated_constraints
     from harness.errors import EXIT_RUN_FAILED
 
     db = _existing_duckdb(args.db)
+    if args.constraints:
+        print(stated_constraints(Path(db), args.scenario, args.test, args.machine), end="")
+        return EXIT_OK
     flags = {"machine": args.machine, "tests": args.test, "marker": args.marker}
     result, files, sources = pin_file(Path(db), args.scenario, args.fix, args.gpu, args.platform, args.rank, args.out, **flags)
     if not result.found:
@@ -808,8 +850,19 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     )
     _add_db(p)
     p.add_argument("--signature", default="", help="the failure: its signature text, its family hash, or a part of it naming one signature")
+    p.add_argument("--test", default="", metavar="NODEID", help="the failure of this test (with --signature: the one both name); it leads")
     p.add_argument("--cell", default="", help="a cell id (see `harness summary`)")
-    p.add_argument("--out", type=Path, default=None, help="write the markdown to this file instead of printing it")
+    p.add_argument(
+        "--repro",
+        nargs="?",
+        const=_BESIDE,
+        default=None,
+        metavar="FILE",
+        help="also write a one-file PEP 723 repro (`uv run FILE` fails with the signature) and FILE-passing.py beside it; "
+        "without FILE: beside --out",
+    )
+    p.add_argument("--all", action="store_true", help="one report per failure family, and index.md, into --out DIR")
+    p.add_argument("--out", type=Path, default=None, help="write the markdown to this file instead of printing it (with --all: a folder)")
 
 
 def _add_publish(sub: argparse._SubParsersAction) -> None:
@@ -831,19 +884,43 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from harness.commands.report import report_file
+_BESIDE = "<beside --out>"
 
-    if bool(args.signature) == bool(args.cell):
-        raise BadInput("pass exactly one of --signature (text, family hash or a part of it) and --cell (an id from `harness summary`)")
-    markdown = report_file(Path(_existing_duckdb(args.db)), args.signature, args.cell)
+
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from harness.commands.report import report, report_all
+
+    if args.all:
+        if args.signature or args.test or args.cell or args.out is None or args.repro not in (None, _BESIDE):
+            raise BadInput("--all writes every failure's report into a folder: pass --out DIR (and --repro, without FILE), nothing else")
+        done = report_all(Path(_existing_duckdb(args.db)), args.out, repro=args.repro is not None)
+        also = f" and {len(done.scripts)} repro script(s)" if done.scripts else ""
+        print(f"wrote {len(done.reports)} report(s){also} into {args.out}; the index: {done.index}")
+        return EXIT_OK
+    if bool(args.signature or args.test) == bool(args.cell):
+        raise BadInput(
+            "pass exactly one of --signature (text, family hash or a part of it), --test NODEID and --cell (an id from `harness summary`)"
+        )
+    repro = None
+    if args.repro == _BESIDE:
+        if args.out is None:
+            raise BadInput("--repro without FILE writes the script beside --out: pass --repro repro.py, or --out issue.md")
+        repro = args.out.with_suffix(".py")
+    elif args.repro is not None:
+        repro = Path(args.repro)
+    markdown, scripts = report(Path(_existing_duckdb(args.db)), args.signature, args.cell, test=args.test, repro=repro)
+    said = f"wrote {', '.join(map(str, scripts))}: `uv run {scripts[0].name}` reproduces it" if scripts else ""
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown)
         title = next((line for line in markdown.splitlines() if line.startswith("**Suggested title:**")), "")
         print(f"wrote {args.out} ({len(markdown.splitlines())} lines); {title.replace('**', '')}")
+        if said:
+            print(said)
     else:
         print(markdown, end="")
+        if said:
+            print(said, file=sys.stderr)  # stdout is the markdown alone
     return EXIT_OK
 
 
@@ -1105,6 +1182,7 @@ COMMANDS = {
     "list": _cmd_list,
     "scenarios": _cmd_scenarios,
     "summary": _cmd_summary,
+    "changes": changes.run,
     "attribute": _cmd_attribute,
     "merge": _cmd_merge,
     "wheelhouse": _cmd_wheelhouse,

@@ -155,6 +155,22 @@ def _line(group: Group) -> str:
     return f"{what}{signature}, in {cells}{when}"
 
 
+def sections(report: Report) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(machine, what changed, its lines) in report order: the published page's "Since the last run"."""
+    found: list[tuple[str, str, tuple[str, ...]]] = []
+    for machine, mine in _by_machine(report).items():
+        for kind in KINDS:
+            lines = [_line(g) for g in mine if g.kind == kind]
+            if lines:
+                more = [f"… {len(lines) - SHOWN} more line(s): `harness changes --json` lists every change"] if len(lines) > SHOWN else []
+                tests = sum(len(g.tests) for g in mine if g.kind == kind)
+                found.append((machine, f"{_TITLES[kind]}, {tests:,} test(s)", (*lines[:SHOWN], *more)))
+        cells = _new_cells(report, machine)
+        if cells:
+            found.append((machine, f"New cells, {len(cells)}", tuple(cells)))
+    return found
+
+
 def render(report: Report, console: Console) -> None:
     console.print(f"[bold]Changes {escape(report.headline())}[/] (newest run {escape(report.baseline.newest.run_id)})")
     console.print(f"History: {escape(report.depth.describe())}")

@@ -15,7 +15,7 @@ import html
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
 from harness.analysis.grouping import answer_groups
 from harness.analysis.pin import KnownGoodSet, describe_names
+from harness.analysis.requirement import StatedRequirement, requirements
 from harness.analysis.rows import CellFacts, group_of
 from harness.analysis.status import SEVERITY, Status, status_of
 from harness.analysis.support import SupportTable, support_tables
@@ -103,6 +104,13 @@ class Site:
     runs: tuple[Run, ...]
     heatmap: dict[str, Any]
     rows_are: str  # "scenario" or "test file"
+    #: What two exact answers of one failure on one machine state (`analysis.requirement`): the requirement, then why.
+    requirements: tuple[tuple[str, str], ...] = ()
+    #: `harness changes` since the run before the newest sweep: its headline, the history's depth, and
+    #: per machine and kind the lines (empty for a file of one run).
+    since: str = ""
+    history: str = ""
+    changes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def counted(self) -> str:
@@ -258,6 +266,15 @@ def site_of(found: Answer, source: str) -> Site:
         runs=tuple(runs),
         heatmap=spec,
         rows_are="test file" if suite else "scenario",
+        requirements=tuple((r.text(), _requirement_why(r)) for r in requirements(found.transitions)),
+    )
+
+
+def _requirement_why(stated: StatedRequirement) -> str:
+    """`tests/…::test_x (ImportError: …): introduced in transformers 5.6.0 … held; fixed in peft 0.19.0 … held; on cpu · …`."""
+    names = _grouped(stated.scenarios)
+    return f"{names} ({_short_signature(stated.signature)}): {'; '.join(stated.lines())}" + (
+        f"; on {stated.machine}" if stated.machine else ""
     )
 
 
@@ -287,6 +304,19 @@ def _script_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/")
 
 
+def _requirements_html(site: Site) -> str:
+    if not site.requirements:
+        return ""
+    items = "".join(
+        f'<li class="requirement" data-requirement="{_e(text)}"><b><code>{_e(text)}</code></b>: {_e(why)}</li>'
+        for text, why in site.requirements
+    )
+    return (
+        "<h3>Missing requirements</h3><p>Two exact answers of one failure on one machine, on two libraries: "
+        f"the set needs both sides at once, so one library's release needs the other's.</p><ul>{items}</ul>"
+    )
+
+
 def _answers_html(site: Site) -> str:
     if not site.answers and not site.steady:
         return "<p>No failure changes between two tested versions of an axis (other axes and machine held).</p>"
@@ -314,7 +344,8 @@ def _answers_html(site: Site) -> str:
     )
     notes = "".join(f"<li>{_e(n)}</li>" for n in site.notes)
     return (
-        table
+        _requirements_html(site)
+        + table
         + (f"<h3>No tested version changes (fails in every cell where it runs)</h3><ul>{steady}</ul>" if steady else "")
         + (f"<h3>Also</h3><ul>{notes}</ul>" if notes else "")
     )
@@ -419,8 +450,9 @@ def render(site: Site) -> str:
 {site.scenarios:,} {site.counted} ·
 on {_e(", ".join(site.machines) or "no recorded machine")} · {_e(span)} · {statuses}.
 Published by compat-harness {_e(__version__)} (<code>harness publish</code>).</p>
-<nav><a href="#matrix">Matrix</a><a href="#answers">Answers</a><a href="#known-good">Known-good sets</a>
+<nav>{_SINCE_LINK if site.since else ""}<a href="#matrix">Matrix</a><a href="#answers">Answers</a><a href="#known-good">Known-good sets</a>
 <a href="#support">Support tables</a><a href="#runs">Runs</a></nav>
+{_since_html(site)}
 <h2 id="matrix">Every {_e(site.rows_are)} × every cell</h2>
 <p>Cells are ordered by their versions; hover a square for its cell and outcome. A tick on an edge (red: introduced, green:
 fixed) is a release that attribution found changed the row there; a triangle marks the new side where the release before
@@ -452,12 +484,38 @@ machine's known-good version. Columns that name releases the index lists between
 """
 
 
+def _with_changes(site: Site, store: Any) -> Site:
+    """`site` with what changed since the run before the newest sweep (`harness changes`), where the file holds more than one run."""
+    from harness.commands.changes import changes_of, sections
+    from harness.storage.store import Store
+
+    report = changes_of(store) if isinstance(store, Store) else None
+    if report is None:
+        return site
+    return replace(site, since=report.headline(), history=report.depth.describe(), changes=tuple(sections(report)))
+
+
+_SINCE_LINK = '<a href="#since">Since the last run</a>'
+
+
+def _since_html(site: Site) -> str:
+    if not site.since:
+        return ""
+    parts = [f"<h2 id='since'>Since the last run</h2><p><b>{_e(site.since)}</b>. History: {_e(site.history)}.</p>"]
+    if not site.changes:
+        parts.append("<p>Nothing changed.</p>")
+    for machine, title, lines in site.changes:
+        items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+        parts.append(f"<h3>{_e(machine)}: {_e(title)}</h3><ul>{items}</ul>")
+    return "".join(parts)
+
+
 def publish(db: Path, out: Path) -> tuple[Path, Site]:
     """Write `out/index.html` for the results file `db`; (its path, what it shows)."""
     if not Path(db).exists():
         raise BadInput(f"no results file at {db}: run `harness sweep --db {db}` first, or pass --db an existing .duckdb or .jsonl file")
     with open_results(db, read_only=True) as store:
-        site = read_site(store, Path(db).name)
+        site = _with_changes(read_site(store, Path(db).name), store)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file: pass a folder (it gets index.html)")
     out.mkdir(parents=True, exist_ok=True)
