@@ -78,9 +78,6 @@ class SweepOptions:
     scenarios: list[str] = field(default_factory=list)  # names or paths; overrides the matrix
     run_id: str = ""
     fresh: bool = False  # a new run (new id), so every outcome is computed again
-    #: Appended to the default run id: a scheduled run's own id (the CI run's), which its shards
-    #: and its reruns share, so that each night truly runs (`default_run_id`).
-    run_tag: str = ""
     model: str = ""
     adapter: str = ""
     device: str = ""
@@ -106,6 +103,9 @@ class SweepOptions:
     tests_of: str = ""
     tests_git: str = ""
     allow_empty: bool = False  # a cell whose -k/-m selects no test does not fail the sweep (else [tests] allow_empty)
+    #: Appended to the default run id: a scheduled run's own id (the CI run's), which its shards
+    #: and its reruns share, so that each night truly runs (`default_run_id`).
+    run_tag: str = ""
 
 
 @dataclass
