@@ -111,19 +111,19 @@ class Changes:
     def of(self, kind: Kind) -> list[Change]:
         return [c for c in self.items if c.kind == kind]
 
-    def tests(self, kind: Kind) -> int:
-        """How many tests (or scenarios), on any machine and in any cell, changed so."""
-        return len({(c.machine, c.test) for c in self.of(kind)})
+    def tests(self, kind: Kind, machine: str | None = None) -> int:
+        """How many tests (or scenarios), on any machine (or this one) and in any cell, changed so."""
+        return len({(c.machine, c.test) for c in self.of(kind) if machine is None or c.machine == machine})
 
     def headline(self) -> str:
         """`+3 failing, −1 fixed, 2 flaky, 1 new cell`: the counts of tests, and of new cells."""
-        parts = [f"+{self.tests('regressed')} failing", f"−{self.tests('fixed')} fixed", f"{self.tests('flaky')} flaky"]
+        parts = [f"+{self.tests('regressed'):,} failing", f"−{self.tests('fixed'):,} fixed", f"{self.tests('flaky'):,} flaky"]
         cells = len(self.new_cells)
         if cells:
             parts.append(f"{cells} new cell{'s' if cells != 1 else ''}")
         new_tests = self.tests("new") - len({(c.machine, c.test) for c in self.of("new") if (c.machine, c.cell_id) in set(self.new_cells)})
         if new_tests > 0:
-            parts.append(f"{new_tests} new test{'s' if new_tests != 1 else ''}")
+            parts.append(f"{new_tests:,} new test{'s' if new_tests != 1 else ''}")
         return ", ".join(parts)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.analysis.changes import KINDS, Changes, Group, compare, groups, machine_label
+from harness.analysis.changes import KINDS, Changes, Group, Kind, compare, groups, machine_label
 from harness.errors import BadInput
 
 if TYPE_CHECKING:  # DuckDB is imported where a command reads a file, not when the CLI starts
@@ -136,6 +136,11 @@ def _by_machine(report: Report) -> dict[str, list[Group]]:
     return dict(sorted(found.items()))
 
 
+def _tests(report: Report, machine: str, kind: Kind) -> int:
+    """Distinct tests of one kind on one machine (by its label): a test in two groups counts once."""
+    return len({c.test for c in report.changes.of(kind) if machine_label(c.machine) == machine})
+
+
 def _new_cells(report: Report, machine: str) -> list[str]:
     """Each new cell of a machine with how its tests came out: `torch…-tf5.26.0… (19,500 pass, 300 fail)`."""
     tally: dict[str, Counter[str]] = defaultdict(Counter)
@@ -163,8 +168,7 @@ def sections(report: Report) -> list[tuple[str, str, tuple[str, ...]]]:
             lines = [_line(g) for g in mine if g.kind == kind]
             if lines:
                 more = [f"… {len(lines) - SHOWN} more line(s): `harness changes --json` lists every change"] if len(lines) > SHOWN else []
-                tests = sum(len(g.tests) for g in mine if g.kind == kind)
-                found.append((machine, f"{_TITLES[kind]}, {tests:,} test(s)", (*lines[:SHOWN], *more)))
+                found.append((machine, f"{_TITLES[kind]}, {_tests(report, machine, kind):,} test(s)", (*lines[:SHOWN], *more)))
         cells = _new_cells(report, machine)
         if cells:
             found.append((machine, f"New cells, {len(cells)}", tuple(cells)))
@@ -182,8 +186,7 @@ def render(report: Report, console: Console) -> None:
         for kind in KINDS:
             mine = [g for g in found if g.kind == kind]
             if mine:
-                tests = sum(len(g.tests) for g in mine)
-                console.print(f"  {_TITLES[kind]}: {tests:,} test(s)")
+                console.print(f"  {_TITLES[kind]}: {_tests(report, machine, kind):,} test(s)")
                 for group in mine[:SHOWN]:
                     console.print(f"    {escape(_line(group))}", soft_wrap=True)
                 if len(mine) > SHOWN:
@@ -205,7 +208,7 @@ def markdown(report: Report) -> str:
         for kind in KINDS:
             mine = [g for g in found if g.kind == kind]
             if mine:
-                out.append(f"**{_TITLES[kind]}** ({sum(len(g.tests) for g in mine):,} test(s))")
+                out.append(f"**{_TITLES[kind]}** ({_tests(report, machine, kind):,} test(s))")
                 out += [f"- {_md(_line(g))}" for g in mine[:SHOWN]]
                 if len(mine) > SHOWN:
                     out.append(f"- … {len(mine) - SHOWN} more line(s): `harness changes --json` lists every change")
