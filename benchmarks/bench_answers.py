@@ -1,6 +1,12 @@
-"""The commands that answer, over a team's suite at 5,000, 10,000 and 20,000 tests, before against after.
+"""The commands that answer, over a team's suite at 5,000, 10,000 and 20,000 tests, before against after;
+or over a team's history of nightly runs in one file.
 
     .venv/bin/python benchmarks/bench_answers.py --before 01440fa [--sizes 5000 10000 20000] [--repeats 3] [--cap 120]
+    .venv/bin/python benchmarks/bench_answers.py --before b4e5ab2 --sizes 20000 --runs 1 10 30 [--drift 0.01]
+
+With --runs, each number of nights N gets three files from make_large_store (same seed, same
+nights): the history as this harness keeps it, the newest night alone, and every night's rows
+in `outcomes` as the --before harness kept them; each command is timed over each (`history`).
 
 For each size, `make_large_store.py --tests N --cells 20` writes a results file (kept in
 --stores, reused when there), and each command runs as a whole process, side by side with the
@@ -117,9 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="only these commands (names as printed)")
     parser.add_argument("--after-only", action="store_true", help="time this checkout alone (the before side is known to pass the cap)")
     parser.add_argument("--decide", default="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        nargs="*",
+        default=[],
+        help="a team's history instead: files of this many nightly runs (make_large_store --runs N --drift), "
+        "each against the same file holding only its newest run, and the --before harness over every night's rows",
+    )
+    parser.add_argument("--drift", type=float, default=0.01, help="with --runs: the share of outcomes that change each night")
     args = parser.parse_args(argv)
     if args.decide:
         return decide(args.decide)
+    if args.runs:
+        return history(args)
     args.stores.mkdir(parents=True, exist_ok=True)
     old = Path(tempfile.mkdtemp(prefix="bench-answers-before-"))
     archive = subprocess.run(["git", "archive", args.before, "harness", "benchmarks"], cwd=ROOT, capture_output=True, check=True).stdout
@@ -157,6 +174,80 @@ def main(argv: list[str] | None = None) -> int:
     print(_growth(table, args.sizes))
     shutil.rmtree(old, ignore_errors=True)
     return 0
+
+
+# -- a team's history: many nights in one file -----------------------------------------------------
+HISTORY_COMMANDS = ("summary", "attribute", "pin --test FILE", "report --signature", "publish", "watch's decision", "changes")
+
+
+def _history_commands(db: Path, scratch: Path, sample: dict[str, str], tree: Path, site: Path) -> dict[str, list[str]]:
+    found = commands(db, scratch, sample, tree)
+    py = [sys.executable, "-m", "harness.cli"]
+    found["publish"] = [*py, "publish", "--db", str(db), "--out", str(site)]
+    found["changes"] = [*py, "changes", "--db", str(db)]
+    return {name: found[name] for name in HISTORY_COMMANDS}
+
+
+def history(args: argparse.Namespace) -> int:
+    """Per number of nights N: `after` (this harness over N nights as it keeps them: the current
+    state, the spans of what changed), `newest` (this harness over the same file holding only the
+    newest night) and `before` (the --before harness over every night's rows, as it kept them);
+    medians of --repeats, with after/newest (the target: at most 1.2) and after/before."""
+    args.stores.mkdir(parents=True, exist_ok=True)
+    old = Path(tempfile.mkdtemp(prefix="bench-answers-before-"))
+    archive = subprocess.run(["git", "archive", args.before, "harness", "benchmarks"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    shutil.copy(ROOT / "benchmarks" / "bench_answers.py", old / "benchmarks" / "bench_answers.py")
+    size = args.sizes[-1]
+    for nights in args.runs:
+        stem = f"history-{size}x{args.cells}-{nights}n-{args.drift:g}"
+        files = {
+            "after": args.stores / f"{stem}.duckdb",
+            "newest": args.stores / f"{stem}-newest.duckdb",
+            "before": args.stores / f"{stem}-flat.duckdb",
+        }
+        flags = {"after": [], "newest": ["--newest-only"], "before": ["--flat"]}
+        for side, db in files.items():
+            if not db.exists():
+                make = [sys.executable, str(ROOT / "benchmarks" / "make_large_store.py"), "--tests", str(size), "--cells", str(args.cells)]
+                subprocess.run(
+                    [*make, "--runs", str(nights), "--drift", str(args.drift), *flags[side], "--out", str(db)], cwd=ROOT, check=True
+                )
+        sizes = ", ".join(f"{side} {db.stat().st_size / 2**20:.1f} MiB" for side, db in files.items())
+        print(f"{nights} night(s) of {size} tests x {args.cells} cells, drift {args.drift:g}: {sizes}", flush=True)
+        sample = sample_of(files["newest"])
+        trees = {"after": ROOT, "newest": ROOT, "before": old}
+        for name in HISTORY_COMMANDS:
+            if args.only and name not in args.only:
+                continue
+            found: dict[str, tuple[float, float, bool]] = {}
+            for side in ("newest", "after", "before"):
+                if side == "before" and (args.after_only or name == "changes"):
+                    continue
+                runs = []
+                for _ in range(args.repeats):
+                    scratch = args.stores / f"scratch-{side}.duckdb"
+                    shutil.copy(files[side], scratch)
+                    command = _history_commands(files[side], scratch, sample, trees[side], args.stores / f"site-{side}")[name]
+                    run = timed(command, trees[side], args.cap)
+                    runs.append(run)
+                    if not run[2]:
+                        break
+                found[side] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), all(r[2] for r in runs))
+            print(_history_line(name, nights, found), flush=True)
+    shutil.rmtree(old, ignore_errors=True)
+    return 0
+
+
+def _history_line(name: str, nights: int, found: dict[str, tuple[float, float, bool]]) -> str:
+    after, newest = found["after"], found["newest"]
+    line = (
+        f"{name:20s} {nights:3d} nights  newest-only {_seconds(newest)}  after {_seconds(after)}  after/newest {after[0] / newest[0]:.2f}"
+    )
+    if "before" in found:
+        before = found["before"]
+        line += f"  before {_seconds(before)}  after/before {after[0] / before[0]:.3f}" + ("" if before[2] else " or less")
+    return line
 
 
 def _seconds(value: tuple[float, float, bool]) -> str:

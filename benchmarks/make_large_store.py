@@ -754,7 +754,8 @@ def generate_suite(
     if newest_only:
         nights = nights[-1:]
     host = HOSTS[0]
-    files = {f"tests/{a}": hashlib.sha1(a.encode()).hexdigest()[:12] for a in AREAS}
+    # each test file's content digest, as a sweep records it (the same every night: the tests do not change)
+    files = {path: hashlib.sha1(path.encode()).hexdigest()[:12] for path in sorted({n.split("::")[0] for n in nodes})}
     if flat:
         con = _flat_file(out)
         for night in nights:
@@ -786,7 +787,8 @@ def generate_suite(
 
 def _settings(night: Night, files: dict[str, str]) -> dict[str, Any]:
     """The run's settings as a sweep of a suite records them, with what its outcomes depend on."""
-    return {"tests": {"root": ".", "paths": ["tests/"]}, "inputs": {"code": night.code, "tests": {"files": files, "config": "conftest-1"}}}
+    inputs = {"scenarios": {}, "tests": {"config": "conftest-1", "files": files, "code": night.code}, "paths": {}}
+    return {"tests": {"root": ".", "paths": ["tests/"]}, "inputs": inputs}
 
 
 def _night_rows(night: Night, nodes: list[str], marked: dict[str, str], rng: random.Random) -> list[tuple[Any, ...]]:
