@@ -234,9 +234,9 @@ def options_gpus(selected: str | None) -> int:
 def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     from harness.running.sweep import SweepOptions
 
-    options = SweepOptions(
-        args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh, args.model, args.adapter, args.device, args.env_root
-    )
+    # by keyword: SweepOptions gains fields between these (run_tag did), and a position would shift
+    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh)
+    options.model, options.adapter, options.device, options.env_root = args.model, args.adapter, args.device, args.env_root
     gpus = options_gpus(args.gpus) if args.jobs == "auto" or args.keep_servers == "auto" else 0
     options.jobs = args.jobs if isinstance(args.jobs, int) else default_jobs(gpus, os.cpu_count() or 1)
     options.lookahead = not args.no_lookahead
