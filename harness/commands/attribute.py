@@ -4,6 +4,8 @@ The answers are `answering.answer`'s, as every face's; this module adds what `ha
 alone does: it asks the index the runs used for the releases of each axis (`answering.refreshed`,
 unless offline), without which a gap between two tested releases would be invisible and "fixed
 in X" would claim more than was built, and it stores the answers in the file's `transitions` table.
+The requirements two exact answers state together (`analysis.requirement`) come with them; they
+are derived, never stored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.attribution import Attribution
+from harness.analysis.requirement import StatedRequirement, requirements
 from harness.commands.answer import answer, refreshed
 from harness.errors import BadInput
 from harness.storage.store import Store
@@ -25,6 +28,7 @@ class Attributed:
     result: Attribution
     outcomes: int
     unlisted: tuple[str, ...]  # axes whose releases on the index could not be listed: their answers are ranges
+    requirements: tuple[StatedRequirement, ...] = ()  # "transformers>=5.6.0 needs peft>=0.19.0", from two exact answers
 
 
 def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *, offline: bool = False) -> Attributed:
@@ -49,4 +53,4 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
             # Every scenario's versions are known releases: a gap on one line may be tested on another.
             found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
         store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
-    return Attributed(found.attribution, found.attributed, found.unlisted)
+    return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))

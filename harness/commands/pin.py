@@ -33,6 +33,7 @@ from harness.analysis.pin import (
     select_tests,
     with_evidence,
 )
+from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
 from harness.analysis.status import Status
 from harness.commands.answer import answer
@@ -316,3 +317,25 @@ def pin_file(
         return result, None, Sources()
     sources = sources_of(result, runs)
     return result, (write_files(result, sources, out) if out else None), sources
+
+
+def stated_constraints(db: Path, scenarios: Sequence[str] = (), tests: Sequence[str] = (), machine: str = "") -> str:
+    """`harness pin --constraints`: the requirements the file states on one machine class (`--machine`, else the
+    newest run's), of the chosen scenarios or tests (all when none is named), as pip constraints."""
+    with Store(db, read_only=True) as store:
+        found = answer(store)
+    rows = found.rows
+    if not rows:
+        raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
+    chosen = resolve_machine(rows, str(db), machine, Constraints(), found.machine_classes, found.cells)
+    wanted = set(chosen_scenarios(rows, str(db), scenarios, tests, chosen, found.cells)[0]) if scenarios or tests else set()
+    # A requirement names the machine it holds on by its label (`cpu · linux-x86_64 · Python 3.11`): its cells say the class.
+    classes: dict[str, set[str]] = {}
+    for facts in found.cells:
+        classes.setdefault(facts.machine.label(), set()).add(facts.machine_class)
+    stated = [
+        r
+        for r in requirements(found.transitions)
+        if (not chosen or chosen in classes.get(r.machine, set())) and (not wanted or wanted & set(r.scenarios))
+    ]
+    return as_constraints(stated)

@@ -23,13 +23,13 @@ from harness.analysis.signature import Frame, make_signature
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = Path(signature.__file__).read_text()
 KIT = (REPO / "scenarios" / "_kit.py").read_text()
-LIBRARY = '''def boom(key):
+LIBRARY = """def boom(key):
     raise KeyError(key)
 
 
 def fine():
     return 1
-'''
+"""
 #: what the harness stores for `fakelib.boom(22)` raised in a scenario (interpret.py) or a test (testsuite.meaning)
 SIGNATURE = "KeyError: <key> @ fakelib/__init__.py:boom"
 #: PEP 723's reference reader of a `# /// script` block
