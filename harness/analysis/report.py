@@ -469,7 +469,7 @@ def _one_file(repro: Repro, pins: Sequence[str]) -> list[str]:
             f"The failing environment had {built}, a build of the PyTorch index; the script pins its release, which PyPI's "
             f"build satisfies too. For the same build: `uv run --index {url} {repro.name}`.",
         ]
-    lines = repro.script.count("\n") + 1
+    lines = len(repro.script.splitlines())
     out += ["", f"<details><summary><code>{repro.name}</code> ({lines} lines)</summary>", "", _SCRIPT, "", "</details>", ""]
     out += ["Or, in an environment of your own:", ""]
     return out
@@ -767,11 +767,8 @@ def render_signature_report(
     for scenario in scenarios[:_SHOWN_TESTS]:
         failing, passing, tested = counts(scenario)
         doc = _paragraph(docs.get(scenario, ""))
-        out.append(
-            f"- `{scenario}`"
-            + (f" — {doc}" if doc else "")
-            + f" Fails with it in {failing} of {tested} tested version set(s); passes in {passing}."
-        )
+        said = f"ails with it in {failing} of {tested} tested version set(s); passes in {passing}."
+        out.append(f"- `{scenario}` — {doc} F{said}" if doc else f"- `{scenario}`: f{said}")
     if len(scenarios) > _SHOWN_TESTS:
         out.append(f"- … and {len(scenarios) - _SHOWN_TESTS} more with the same failure (`harness report --all` lists every one)")
     out += ["", "The error (the table below shows where):"]
