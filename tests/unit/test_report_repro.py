@@ -1,7 +1,7 @@
 """repro.py: the PEP 723 script, its block, and what it prints and exits with, run by a real interpreter.
 
 The scripts run here with this project's Python and a library of the test's own in a folder named
-site-packages (what a signature blames), not through uv: `tests/integration/test_report_repro.py`
+site-packages (what a signature blames), not through uv: `tests/integration/test_report_regression.py`
 runs the real ones with `uv run` in a fresh environment.
 """
 
