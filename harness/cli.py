@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness import __version__
 from harness.analysis.outcome import Outcome
 from harness.analysis.refine import Plan
-from harness.commands import changes
+from harness.commands import changes, compact
 from harness.commands.summary import WIDTH, render_answer
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERMINATED, BadInput, HarnessError
 from harness.inputs.matrix import Cell, load_matrix
@@ -581,6 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
     p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
     changes.add_parser(sub)
+    compact.add_parser(sub)
     _add_attribute(sub)
     _add_pin(sub)
     _add_report(sub)
@@ -1183,6 +1184,7 @@ COMMANDS = {
     "scenarios": _cmd_scenarios,
     "summary": _cmd_summary,
     "changes": changes.run,
+    "compact": compact.run,
     "attribute": _cmd_attribute,
     "merge": _cmd_merge,
     "wheelhouse": _cmd_wheelhouse,

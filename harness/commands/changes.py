@@ -75,10 +75,19 @@ def changes_of(store: SqlResultsFile, since: str = "") -> Report | None:
 def history_lines(store: Any) -> list[str]:
     """The summary's first lines, where the file holds more than one run: `since …: +3 failing, …`
     and how deep the history is; none for a JSON-lines shard or a file of one run."""
+    from harness.storage import history
     from harness.storage.store import Store
 
     if not isinstance(store, Store):
         return []
+    if not history.is_split(store):
+        depth = history.depth(store)
+        if depth.runs < 2:
+            return []
+        return [
+            f"History: {depth.describe()}, kept as a harness before the history split kept them: every answer folds all "
+            f"their runs; `harness compact --db {store.path}` splits the file once into its current state and what changed"
+        ]
     report = changes_of(store)
     if report is None:
         return []
@@ -108,10 +117,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     if not args.db.is_file():
         raise BadInput(f"no results file at {str(args.db)!r}; pass --db with the file a sweep wrote")
+    from harness.storage import history
+
     with open_results(args.db, read_only=True) as store:
         if not isinstance(store, Store):
             shard = f"{str(args.db)!r} is a JSON-lines shard (one run)"
             raise BadInput(f"{shard}; merge it into a .duckdb file with `harness merge` to compare runs")
+        if not history.is_split(store):
+            older = f"{str(args.db)!r} keeps its runs as a harness before the history split did"
+            raise BadInput(f"{older}; `harness compact --db {args.db}` splits it once, then rerun")
         report = changes_of(store, args.since)
     if report is None:
         text = f"{args.db}: one run, nothing to compare yet (the next run's changes show here)"

@@ -63,14 +63,13 @@ def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool
 
 
 # -- which rows are current: one selection for writers and readers ---------------------------
-def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str, runs: str, *, touched: bool, spans: bool = True) -> None:
+def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str, runs: str, *, touched: bool) -> None:
     """Fill temp tables `_settle_cand` (every candidate row's key and where it is: `src`) and
     `_settle_keep` (the rows that stay, each with its `first_run`, `seconds_before` and whether it
     is `current`). `sources`: src letter -> a relation of outcome rows ('o' the file's current
     rows, 'h' its history, 'j' a journal's rows not folded yet); `touched`: only the keys in temp
-    table `_touched` (cell_id, test). `spans`: merge consecutive equal outcomes into one (a
-    writer's rule); without, every row stays and only `current` is decided (a reader of a file
-    from before the split, every time it opens it)."""
+    table `_touched` (cell_id, test). Consecutive equal outcomes of one key and repeat are one
+    span: its newest row stays, with the span's first run."""
     parts = []
     for src, relation in sources.items():
         first = "x.first_run" if _has_column(con, relation, "first_run") else "NULL::VARCHAR"
@@ -94,8 +93,7 @@ def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str,
         QUALIFY row_number() OVER (PARTITION BY s.run_id, s.cell_id, s.scenario, s.repeat ORDER BY s.src = 'j', ft, s.src) = 1
         """
     )
-    if spans:
-        islands = """
+    islands = """
             WITH ordered AS (
                 SELECT *, CASE WHEN lag(status) OVER w IS NOT DISTINCT FROM status AND lag(signature) OVER w IS NOT DISTINCT FROM signature
                                     AND lag(scenario) OVER w IS NOT DISTINCT FROM scenario
@@ -115,8 +113,6 @@ def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str,
                    arg_min(COALESCE(first_run, run_id), (ft, run_id)) AS first_run,
                    arg_max_null(COALESCE(seconds_before, seconds_prior), (t, run_id)) AS seconds_before
             FROM numbered GROUP BY machine, cell_id, test, repeat, island"""
-    else:
-        islands = "SELECT machine, cell_id, test, repeat, run_id, scenario, src, t, first_run, seconds_before FROM _settle_rows"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _settle_keep AS
@@ -204,35 +200,49 @@ def _flag_flaky(con: duckdb.DuckDBPyConnection, touched: bool) -> None:
 def lay_over(con: duckdb.DuckDBPyConnection, catalog: str, journal: str | None, keys: Iterable[tuple[str, str]]) -> None:
     """In a reader's connection: temporary views `outcomes` and `history` that show the file's
     current state and history with a writer's unfolded journal rows (temp table `journal`, whose
-    (cell, test) are `keys`) settled in, as the fold will settle them. A file from before the
-    split (no `history` table) has its current state chosen here on every open, from all its rows."""
+    (cell, test) are `keys`) settled in, as the fold will settle them.
+
+    A file from before the split (no `history` table: `is_split`) is read as that harness read
+    it, every run's rows in `outcomes` and an empty history: choosing its current state here, on
+    every open, cost minutes for a month of nights. The first writer splits it (migration 0010)."""
     tables = {r[0] for r in con.execute(f"SELECT table_name FROM duckdb_tables() WHERE database_name = {_quote(catalog)}").fetchall()}
-    split = "history" in tables
     stored, past = f'"{catalog}".main.outcomes', f'"{catalog}".main.history'
+    if "history" not in tables:
+        _lay_over_unsplit(con, stored, journal)
+        return
     cells, runs = _shadowed(con, catalog, "cells"), _shadowed(con, catalog, "runs")
-    if split and journal is None:
+    if journal is None or not _touch(con, keys):
         return
-    sources = {"o": stored, **({"h": past} if split else {}), **({"j": journal} if journal else {})}
-    touched = split and _touch(con, keys) > 0
-    if split and not touched:
-        return
-    _select(con, sources, cells, runs, touched=touched, spans=split)
-    first = "" if _has_column(con, stored, "first_run") else ", NULL::VARCHAR AS first_run, NULL::DOUBLE AS seconds_before"
-    rows = " UNION ALL BY NAME ".join(
-        f"SELECT '{src}' AS src, x.*{first if src != 'h' else ''} FROM {relation} x" for src, relation in sources.items()
-    )
-    on = _match("x", "s") + " AND x.src = s.src"
+    sources = {"o": stored, "h": past, "j": journal}
+    _select(con, sources, cells, runs, touched=True)
+    rows = " UNION ALL BY NAME ".join(f"SELECT '{src}' AS src, x.* FROM {relation} x" for src, relation in sources.items())
     settled = "x.* EXCLUDE (src) REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before)"
-    picked = f"SELECT {settled} FROM ({rows}) x JOIN _settle_keep s ON {on}"
-    untouched = "SELECT x.*{first} FROM {relation} x WHERE NOT EXISTS (SELECT 1 FROM _settle_cand s WHERE s.src = '{src}' AND {on})"
-    if touched:
-        on_stored = _match("x", "s")
-        current = untouched.format(first=first, relation=stored, src="o", on=on_stored) + f" UNION ALL BY NAME {picked} WHERE s.current"
-        older = untouched.format(first="", relation=past, src="h", on=on_stored) + f" UNION ALL BY NAME {picked} WHERE NOT s.current"
-    else:
-        current, older = f"{picked} WHERE s.current", f"{picked} WHERE NOT s.current"
+    picked = f"SELECT {settled} FROM ({rows}) x JOIN _settle_keep s ON {_match('x', 's')} AND x.src = s.src"
+    # the stored rows of the keys no journal row touched stay as they are; the touched keys' rows come settled
+    kept = "SELECT x.* FROM {relation} x WHERE NOT EXISTS (SELECT 1 FROM _settle_cand s WHERE s.src = '{src}' AND " + _match("x", "s") + ")"
+    current = kept.format(relation=stored, src="o") + f" UNION ALL BY NAME {picked} WHERE s.current"
+    older = kept.format(relation=past, src="h") + f" UNION ALL BY NAME {picked} WHERE NOT s.current"
     con.execute(f"CREATE OR REPLACE TEMP VIEW outcomes AS {current}")
     con.execute(f"CREATE OR REPLACE TEMP VIEW history AS {older}")
+
+
+def _lay_over_unsplit(con: duckdb.DuckDBPyConnection, stored: str, journal: str | None) -> None:
+    """A file from before the split, as its harness read it: every row (and the journal's rows of
+    keys the file lacks, as a fold would add them), with the columns of the split, and no history."""
+    first = "" if _has_column(con, stored, "first_run") else ", NULL::VARCHAR AS first_run, NULL::DOUBLE AS seconds_before"
+    rows = f"SELECT x.*{first} FROM {stored} x"
+    if journal is not None:
+        on = _match("j", "x")
+        rows += f" UNION ALL BY NAME SELECT j.*{first} FROM {journal} j WHERE NOT EXISTS (SELECT 1 FROM {stored} x WHERE {on})"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW outcomes AS {rows}")
+    con.execute("CREATE OR REPLACE TEMP VIEW history AS SELECT * FROM outcomes LIMIT 0")
+
+
+def is_split(store: SqlResultsFile) -> bool:
+    """Whether the file keeps its current state apart from its history (migration 0010): a file an
+    older harness wrote, not opened by a writer since, holds every run's rows in `outcomes`."""
+    rows = store.fetch("SELECT count(*) AS n FROM schema_migrations WHERE name = '0010_history'")
+    return bool(rows and rows[0]["n"])
 
 
 def _shadowed(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:

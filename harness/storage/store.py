@@ -251,10 +251,10 @@ class Store:
             return [name for name, _ in MIGRATIONS if name not in before]
 
     def writing(
-        self, *, wait: float | None = None, closing: bool = False, busy: bool = False
+        self, *, wait: float | None = None, closing: bool = False, busy: bool = False, rebuild: bool = False
     ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A transaction on the next version of the file, swapped in when the block ends (`Writer.writing`)."""
-        return self._writer.writing(wait=wait, closing=closing, busy=busy)
+        return self._writer.writing(wait=wait, closing=closing, busy=busy, rebuild=rebuild)
 
     def fold(self, wait: float = 0.0) -> bool:
         """Bring every journal's new records into the file; False if another writer kept its turn

@@ -34,6 +34,42 @@ FOLD_TRY_SECONDS = 1.0
 CLOSE_WAIT_SECONDS = 30.0
 
 
+def rebuilt(path: Path) -> None:
+    """Write the DuckDB file `path` afresh, in place: the same tables and rows in a new file. A
+    file keeps the space of the rows deleted from it (the history's settle deletes what it merges
+    into spans) and reuses it, but never gives it back: a file from before the split, settled
+    once, kept every night's size."""
+    fresh = path.with_name(path.name + ".fresh")
+    fresh.unlink(missing_ok=True)
+    con = duckdb.connect(str(fresh))
+    try:
+        migrate(con)
+        con.execute("ATTACH ? AS _rebuild_source (READ_ONLY)", [str(path)])
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = '_rebuild_source' AND schema_name = 'main'"
+            ).fetchall()
+        ]
+        ours = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
+        con.execute("BEGIN TRANSACTION")
+        for table in tables:
+            if table in ours:
+                con.execute(f'DELETE FROM main."{table}"')
+                con.execute(f'INSERT INTO main."{table}" BY NAME SELECT * FROM _rebuild_source.main."{table}"')
+            else:  # a table of the user's own: kept as it is
+                con.execute(f'CREATE TABLE main."{table}" AS SELECT * FROM _rebuild_source.main."{table}"')
+        con.execute("COMMIT")
+        con.execute("DETACH _rebuild_source")
+        con.execute("CHECKPOINT")
+    except BaseException:
+        con.close()
+        fresh.unlink(missing_ok=True)
+        raise
+    con.close()
+    os.replace(fresh, path)
+
+
 class Writer:
     """This process's writes to one results file (`store.Store` serialises the calls under `db.lock`).
 
@@ -129,12 +165,15 @@ class Writer:
             raise StoreError(f"{self.db.path!r} is open read-only; open it with Store(path) to write")
 
     @contextmanager
-    def writing(self, *, wait: float | None = None, closing: bool = False, busy: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def writing(
+        self, *, wait: float | None = None, closing: bool = False, busy: bool = False, rebuild: bool = False
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A transaction on the next version of the file: the journals folded in, then the block's
         own changes (a merge, transitions). It is written beside the file and swapped in with one
         rename when the block ends, so readers keep their open snapshot and a failure leaves the
         file as it was. Writers take turns (up to `wait` s, default `lock_wait`); `busy`: a turn
-        not had in time raises `Busy` (a fold gives up) rather than StoreLocked."""
+        not had in time raises `Busy` (a fold gives up) rather than StoreLocked. `rebuild`: the
+        next version is written afresh (`rebuilt`), without the free space deleted rows left."""
         self.writable()
         with self.db.lock:
             if self.held is not None:
@@ -179,6 +218,11 @@ class Writer:
                     self.db.close(con)
                     if Path(f"{tmp}.wal").exists():
                         raise StoreError(f"the fold of {self.db.path!r} did not reach the file (a WAL was left); free disk space and rerun")
+                    if rebuild:
+                        try:
+                            rebuilt(tmp)
+                        except (OSError, duckdb.Error) as exc:
+                            raise store_error(self.db.path, exc) from exc
                     try:
                         fsync(tmp)
                         wal.unlink(missing_ok=True)  # its records are in the copy now

@@ -248,3 +248,69 @@ def test_depth_says_how_many_runs_and_when(db: Path) -> None:
     with Store(db, read_only=True) as store:
         found = history.depth(store)
     assert found.describe() == "3 runs, 2026-11-20 to 2026-11-22" and found.kept == 6
+
+
+# -- a file an older harness wrote ---------------------------------------------------------------
+def _legacy(path: Path, runs: int) -> Path:
+    """A file as the harness before the split wrote it (migrations up to 0009): every run's rows in
+    `outcomes`, the same outcomes each night."""
+    from harness.storage.store_rows import Rows, insert_many
+    from harness.storage.store_schema import CELL_COLUMNS, MIGRATIONS, OUTCOME_COLUMNS, RUN_COLUMNS
+
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)")
+    for name, sql in MIGRATIONS[:9]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [name])
+    records: list[dict] = []
+    for night in range(runs):
+        run = f"old-{night}"
+        records.append({"type": "run", "run_id": run, "started_at": f"2026-11-{10 + night}T04:00:00", "host": CPU, "settings": {}})
+        records.append({"type": "cell", **_cell(run, "c1", "23.2").__dict__, "freeze": {"packaging": "23.2"}})
+        for test, (status, signature) in NIGHTS[3][1].items():
+            records.append(
+                {
+                    "type": "outcome",
+                    "run_id": run,
+                    "cell_id": "c1",
+                    "scenario": f"{FILE}::{test}",
+                    "repeat": 0,
+                    "status": status,
+                    "signature": signature,
+                }
+            )
+    rows = Rows.of(records)
+    insert_many(con, "runs", RUN_COLUMNS, rows.runs.values())
+    insert_many(con, "cells", CELL_COLUMNS, rows.cells.values())
+    insert_many(con, "outcomes", OUTCOME_COLUMNS[:-2], [r[:-2] for r in rows.outcomes.values()])
+    con.close()
+    return path
+
+
+def test_a_file_from_before_the_split_reads_as_it_did_until_compact_splits_it(tmp_path: Path) -> None:
+    db = _legacy(tmp_path / "old.duckdb", 3)
+    said = subprocess.run([sys.executable, "-m", "harness", "summary", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines()[0].startswith("History: 3 runs") and "harness compact --db" in said.stdout.splitlines()[0]
+    assert "fail: 6  pass: 6" in said.stdout  # every night folded, as the harness before the split answered
+    changes = subprocess.run([sys.executable, "-m", "harness", "changes", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
+    assert changes.returncode == 2 and "harness compact --db" in changes.stderr
+    done = subprocess.run([sys.executable, "-m", "harness", "compact", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and "applied 0010_history; 4 current outcome(s), 0 history row(s)" in done.stdout, done.stdout + done.stderr
+    with Store(db, read_only=True) as store:
+        assert {r["run_id"] for r in store.fetch("SELECT run_id FROM outcomes")} == {
+            "old-2"
+        }  # the newest night, its spans begun on the first
+        assert {r["first_run"] for r in store.fetch("SELECT first_run FROM outcomes")} == {"old-0"}
+    said = subprocess.run([sys.executable, "-m", "harness", "summary", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
+    assert "fail: 2  pass: 2" in said.stdout and said.stdout.startswith("Changes since old-1"), said.stdout
+    again = subprocess.run([sys.executable, "-m", "harness", "compact", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 0 and "already up to date; 4 current outcome(s)" in again.stdout
+
+
+def test_compact_refuses_a_file_it_cannot_compact(tmp_path: Path) -> None:
+    shard = tmp_path / "shard.jsonl"
+    shard.write_text("")
+    for path in (tmp_path / "missing.duckdb", shard):
+        out = subprocess.run([sys.executable, "-m", "harness", "compact", "--db", str(path)], capture_output=True, text=True, cwd=REPO)
+        assert out.returncode == 2 and str(path) in out.stderr and out.stderr.count("\n") == 1, out.stderr
