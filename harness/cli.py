@@ -314,9 +314,11 @@ def _print_history(db: Path, console: Console) -> None:
     """What changed since the run before this one, and how deep the file's history is (a file of more than one run)."""
     if not db.is_file():
         return
+    from harness.commands.summary import emit_plain, hang_plain
+
     with open_results(db, read_only=True) as store:
-        for line in changes.history_lines(store):
-            console.print(escape(line), soft_wrap=True, highlight=False)
+        found = changes.history_lines(store)
+    emit_plain(console, [piece for line in found for piece in hang_plain(line, console.width)])  # fitted as the summary's lines are
 
 
 def _print_round(console: Console) -> Callable[[int, Plan], None]:

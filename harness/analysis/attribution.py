@@ -93,6 +93,8 @@ class _Cell:
         has, clean, total = self.counts(signature)
         if not total:
             return "skip"
+        if (has or clean == total) and self.flaky_across(signature):
+            return "flaky"  # its history flips with nothing changed (`queries.mark_flaky`): no claim either way
         if has == total:
             return "has"
         if clean == total:
@@ -101,9 +103,15 @@ class _Cell:
         # either (not applicable, inconclusive, the env did not build, another failure): no evidence.
         return "flaky" if has else "skip"
 
+    def flaky_across(self, signature: str) -> bool:
+        """Whether the cell's history flips from a pass to this failure, or back, with nothing changed."""
+        return any(r.get("flaky_signature") == signature for r in self.rows)
+
     def why_skipped(self, signature: str) -> str:
-        """What a stepped-over cell showed instead: `flaky 2/3`, `not_applicable`, `inconclusive`, `other failure`."""
-        has, _, total = self.counts(signature)
+        """What a stepped-over cell showed instead: `flaky 2/3`, `flaky across runs`, `not_applicable`, `inconclusive`, `other failure`."""
+        has, clean, total = self.counts(signature)
+        if (has or clean == total) and self.flaky_across(signature):
+            return "flaky across runs"
         if has:
             return f"flaky {has}/{total}"
         words = Counter("other failure" if r["status"] in FAILURES else str(r["status"]) for r in self.rows if r["status"] != Status.PASS)
@@ -417,6 +425,8 @@ def attribute(
             for cell in sorted(by_combo, key=lambda c: (c.cell_id, c.machine)):
                 if cell.evidence(signature) == "flaky":
                     failed, _, repeats = cell.counts(signature)
+                    if cell.flaky_across(signature):  # the run that showed the other side counts as one more repeat
+                        failed, repeats = max(failed, 1), repeats + 1
                     versions = tuple((a, cell.points[a].label()) for a in axis_sort(cell.points))
                     flaky.append(
                         Flaky(

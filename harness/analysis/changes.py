@@ -213,21 +213,22 @@ def _word(spans: Sequence[Span]) -> str:
 
 
 # -- across the whole history: flips with nothing changed ---------------------------------------
-def flaky_flips(spans: Iterable[Span], depends: DependsOn) -> dict[tuple[str, str, str], str]:
-    """(machine, cell, test) -> what made it flaky across runs: a span followed by one of the
-    other class (a pass by a failure, or back) while nothing it depends on changed. Pins and the
-    known-good set count it as a failing repeat would count.
+def flaky_flips(spans: Iterable[Span], depends: DependsOn) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(machine, cell, test) -> (the failure's signature, what made it flaky across runs): a span
+    followed by one of the other class (a pass by a failure, or back) while nothing it depends
+    on changed. Pins and the known-good set count it as a failing repeat would count, and
+    attribution as a flaky cell of that failure.
 
     >>> t = [datetime(2026, 11, d) for d in range(20, 23)]
     >>> spans = [Span("cpu", "c1", "t", "t", 0, s, sig, r, r, d, d) for s, sig, r, d in
     ...          [("pass", "", "r1", t[0]), ("fail", "E", "r2", t[1]), ("pass", "", "r3", t[2])]]
     >>> flaky_flips(spans, lambda run, cell, node: Depends("env", "file", "code"))
-    {('cpu', 'c1', 't'): 'flaky across runs: passed in r1, failed in r2 (E) with nothing changed'}
+    {('cpu', 'c1', 't'): ('E', 'flaky across runs: passed in r1, failed in r2 (E) with nothing changed')}
     """
     by_repeat: dict[tuple[str, str, str, int], list[Span]] = defaultdict(list)
     for span in spans:
         by_repeat[(*span.key, span.repeat)].append(span)
-    found: dict[tuple[str, str, str], str] = {}
+    found: dict[tuple[str, str, str], tuple[str, str]] = {}
     for (machine, cell, test, _), ordered in sorted(by_repeat.items()):
         ordered.sort(key=lambda s: (s.last_at, s.last_run))
         for a, b in pairwise(ordered):
@@ -238,9 +239,10 @@ def flaky_flips(spans: Iterable[Span], depends: DependsOn) -> dict[tuple[str, st
             if old is not None and new is not None and old.same_as(new):
                 failing = a if one == "fail" else b
                 words = {"pass": "passed", "fail": "failed"}
+                signature = failing.signature or failing.status
                 found[(machine, cell, test)] = (
-                    f"flaky across runs: {words[one]} in {a.last_run}, {words[other]} in {b.first_run} "
-                    f"({failing.signature or failing.status}) with nothing changed"
+                    signature,
+                    f"flaky across runs: {words[one]} in {a.last_run}, {words[other]} in {b.first_run} ({signature}) with nothing changed",
                 )
     return found
 

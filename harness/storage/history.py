@@ -190,10 +190,11 @@ def _flag_flaky(con: duckdb.DuckDBPyConnection, touched: bool) -> None:
         con.execute("DELETE FROM main.flaky f WHERE EXISTS (SELECT 1 FROM _touched t WHERE t.cell_id = f.cell_id AND t.test = f.test)")
     else:
         con.execute("DELETE FROM main.flaky")
-    rows = [[current[key].last_run, key[1], key[2], reason] for key, reason in sorted(flips.items())]
+    rows = [[current[key].last_run, key[1], key[2], signature, reason] for key, (signature, reason) in sorted(flips.items())]
     for start in range(0, len(rows), 500):
         chunk = rows[start : start + 500]
-        con.execute(f"INSERT INTO main.flaky VALUES {', '.join('(?, ?, ?, ?)' for _ in chunk)}", [v for row in chunk for v in row])
+        marks = ", ".join("(?, ?, ?, ?, ?)" for _ in chunk)
+        con.execute(f"INSERT INTO main.flaky (run_id, cell_id, test, signature, reason) VALUES {marks}", [v for row in chunk for v in row])
 
 
 # -- readers -----------------------------------------------------------------------------------

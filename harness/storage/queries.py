@@ -77,44 +77,62 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
     shared by its rows: at 20,000 tests x 20 cells, reading them with every outcome took most
     of the time and 2 GB, and every analysis compared them again row by row.
     """
-    columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v")]
+    columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v") if r["column_name"] != "first_run"]
     own = [c for c in columns if c in _OUTCOME_LEVEL]
     shared = [c for c in columns if c not in _OUTCOME_LEVEL]
-    where, params = (" WHERE run_id = ?", [run_id]) if run_id else ("", [])
+    # one run: the file's state as of that run, for the cells it ran (`_RUN_STATE`); all: the current state
+    view, table, params = (f"({_RUN_STATE})", f"({_RUN_STATE})", [run_id] * 4) if run_id else ("outcomes_v", "outcomes", [])
     listed = ", ".join(f'"{c}"' for c in own)
-    tuples = store.fetch_tuples(f"SELECT {listed} FROM outcomes_v{where} ORDER BY cell_id, scenario, repeat, run_id", params)
+    tuples = store.fetch_tuples(f"SELECT {listed} FROM {view} ORDER BY cell_id, scenario, repeat, run_id", params)
     templates: dict[tuple[Any, Any], dict[str, Any]] = {}
     if shared:
         # one outcome per cell, picked from the table first: the view's JSON reads then run 20 times, not 400,000
-        picked = f"SELECT run_id, cell_id, min(scenario) AS scenario FROM outcomes{where} GROUP BY ALL"
+        picked = f"SELECT run_id, cell_id, min(scenario) AS scenario FROM {table} GROUP BY ALL"
         on = "v.run_id = one.run_id AND v.cell_id = one.cell_id AND v.scenario = one.scenario"
         shared_v = ", ".join(f'v."{c}"' for c in shared)
-        sql = f"SELECT v.run_id AS _run, v.cell_id AS _cell, {shared_v} FROM outcomes_v v JOIN ({picked}) one ON {on}"
-        for cell in store.fetch(sql, params):
+        sql = f"SELECT v.run_id AS _run, v.cell_id AS _cell, {shared_v} FROM {view} v JOIN ({picked}) one ON {on}"
+        for cell in store.fetch(sql, params * 2 if run_id else params):
             key = (cell.pop("_run"), cell.pop("_cell"))
             templates[key] = {**dict.fromkeys(own), **cell}  # the outcome's columns first, as the view lists them
     return mark_flaky(store, _rows_from(tuples, own, templates))
 
 
-def flaky_across_runs(store: SqlResultsFile) -> dict[tuple[str, str, str], str]:
-    """(run, cell, test) of a current outcome -> why it is flaky across runs: its history flips
-    from a pass to a failure, or back, with nothing it depends on changed (table `flaky`, kept
-    by `history.settle`)."""
+def flaky_across_runs(store: SqlResultsFile) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(run, cell, test) of a current outcome -> (the failure's signature, why it is flaky across
+    runs): its history flips from a pass to a failure, or back, with nothing it depends on
+    changed (table `flaky`, kept by `history.settle`)."""
     if not store.has_table("flaky"):
         return {}
-    return {(r["run_id"], r["cell_id"], r["test"]): r["reason"] for r in store.fetch("SELECT run_id, cell_id, test, reason FROM flaky")}
+    rows = store.fetch("SELECT run_id, cell_id, test, signature, reason FROM flaky")
+    return {(r["run_id"], r["cell_id"], r["test"]): (r["signature"], r["reason"]) for r in rows}
 
 
 def mark_flaky(store: SqlResultsFile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`rows` (as the answers read them) with `flaky_across` on each outcome of a test that is flaky
-    across runs (`flaky_across_runs`): the known-good set and pins count it as a failing repeat."""
+    """`rows` (as the answers read them) with `flaky_across` (why) and `flaky_signature` on each
+    outcome of a test that is flaky across runs (`flaky_across_runs`): the known-good set and pins
+    count it as a failing repeat, attribution as a flaky cell of that failure."""
     flaky = flaky_across_runs(store)
     if flaky:
         for row in rows:
-            reason = flaky.get((row["run_id"], row["cell_id"], row["scenario"]))
-            if reason:
-                row["flaky_across"] = reason
+            found = flaky.get((row["run_id"], row["cell_id"], row["scenario"]))
+            if found:
+                row["flaky_signature"], row["flaky_across"] = found
     return rows
+
+
+#: The rows of one run (`?`, four times) as the file knows them now: its outcomes still current or
+#: kept in the history, and the spans its outcome was merged into (the same outcome, seen again by a
+#: later run), for the cells it ran on its machine; each with the run's id.
+_RUN_STATE = """
+    WITH r AS (SELECT started_at AS at, host->>'gpu' AS gpu, host->>'platform' AS platform FROM runs WHERE run_id = ?),
+    v AS (SELECT * FROM outcomes_v UNION ALL BY NAME SELECT * FROM history_v)
+    SELECT v.* REPLACE (?::VARCHAR AS run_id) FROM v
+    LEFT JOIN runs f ON f.run_id = v.first_run LEFT JOIN runs l ON l.run_id = v.run_id LEFT JOIN r ON true
+    WHERE v.run_id = ? OR (
+        f.started_at <= r.at AND r.at < l.started_at AND COALESCE(v.gpu, '') = COALESCE(r.gpu, '')
+        AND COALESCE(v.platform, '') = COALESCE(r.platform, '') AND v.cell_id IN (SELECT cell_id FROM cells WHERE run_id = ?)
+    )
+"""
 
 
 def _rows_from(

@@ -16,7 +16,7 @@ import duckdb
 #: definition; migrations 0001-0008 wrote earlier ones). `test_id`: a suite's test's identity
 #: across the suite's releases (`testsuite_child.test_identity`); the node id (`scenario`) where
 #: none was stored, as in every file written before 0009, and for scenarios.
-OUTCOMES_VIEW = """
+_OUTCOMES_VIEW_0009 = """
 SELECT
     o.run_id, o.cell_id, o.scenario, o.repeat, o.status,
     o.signature, o.signature_family, o.blamed_library, o.exception_type, o.message,
@@ -42,11 +42,11 @@ FROM outcomes o
 LEFT JOIN cells c USING (run_id, cell_id)
 LEFT JOIN runs r USING (run_id)
 """
-#: `outcomes_v`'s shape over the history (`history.py`): every older span, with the run it began in.
-HISTORY_VIEW = OUTCOMES_VIEW.replace("FROM outcomes o", "FROM history o").replace(
-    "o.started_at,", "o.started_at, COALESCE(o.first_run, o.run_id) AS first_run,"
-)
 _TEST_ID_LINE = ",\n    COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id"  # 0009's line of the view
+#: The newest `outcomes_v` (0010): each row's `first_run`, the run its span began in (`history.py`).
+OUTCOMES_VIEW = _OUTCOMES_VIEW_0009.replace(_TEST_ID_LINE, _TEST_ID_LINE + ",\n    COALESCE(o.first_run, o.run_id) AS first_run")
+#: `outcomes_v`'s shape over the history: every older span, with the run it began in.
+HISTORY_VIEW = OUTCOMES_VIEW.replace("FROM outcomes o", "FROM history o")
 #: The view over a file whose outcomes have no `test_id` yet (written before 0009, opened by a reader).
 _VIEW_WITHOUT_TEST_IDS = OUTCOMES_VIEW.replace("COALESCE(NULLIF(o.test_id, ''), o.scenario) AS test_id", "o.scenario AS test_id")
 
@@ -263,14 +263,14 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         # 2.0.1 reads that text back as written and refuses it: every query of the view failed.
         # The view now names its JSON paths whole (readers lay it over an older file too).
         "0008_outcomes_v_json_paths",
-        "CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW.replace(_TEST_ID_LINE, "") + ";",
+        "CREATE OR REPLACE VIEW outcomes_v AS " + _OUTCOMES_VIEW_0009.replace(_TEST_ID_LINE, "") + ";",
     ),
     (
         # A test's identity across the releases of its suite: pytest numbers the parameters it
         # cannot print (`test_x[config_kwargs45]`), and a release that inserts cases renumbers
         # every later one. NULL: the node id (`scenario`) is the identity (every older row).
         "0009_test_identity",
-        "ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS test_id TEXT; CREATE OR REPLACE VIEW outcomes_v AS " + OUTCOMES_VIEW + ";",
+        "ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS test_id TEXT; CREATE OR REPLACE VIEW outcomes_v AS " + _OUTCOMES_VIEW_0009 + ";",
     ),
     (
         # A file kept for months: `outcomes` holds the current state (the newest run of each
@@ -285,7 +285,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS first_run TEXT;
         ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS seconds_before DOUBLE;
         CREATE TABLE IF NOT EXISTS history AS SELECT * FROM outcomes LIMIT 0;
-        CREATE TABLE IF NOT EXISTS flaky (run_id TEXT, cell_id TEXT, test TEXT, reason TEXT);
+        CREATE TABLE IF NOT EXISTS flaky (run_id TEXT, cell_id TEXT, test TEXT, signature TEXT, reason TEXT);
+        CREATE OR REPLACE VIEW outcomes_v AS """
+        + OUTCOMES_VIEW
+        + """;
         CREATE OR REPLACE VIEW history_v AS """
         + HISTORY_VIEW
         + ";",

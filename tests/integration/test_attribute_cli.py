@@ -110,22 +110,49 @@ def test_attribute_one_run_prints_and_stores_the_fix(db: Path) -> None:
     )
 
 
-def test_attribute_json_over_all_runs_pools_repeats(db: Path) -> None:
+def test_attribute_json_over_all_runs_answers_from_the_current_state(db: Path) -> None:
+    # Run 2 ran (transformers 5.6.2, accelerate 1.14.0) again, and it failed: that is the current
+    # state there, run 1's two passes are history. The runs recorded nothing of what their outcomes
+    # depend on, so nothing proves the flip flaky: the answers are the current state's.
     proc = run_cli("attribute", "--db", str(db), "--json", "--offline")
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
-    # run 2's failure makes 1.14.0 flaky with transformers 5.6.2: that line's fix becomes a range
-    assert [r["description"] for r in records if r["kind"] != "flaky"] == [
-        "fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (flaky 1/3)"
+    assert [r["description"] for r in records if r["kind"] == "fixed"] == [
+        f"fixed in transformers 5.23.0 (after 5.6.2) — with torch 2.13.0, accelerate 1.14.0, peft 0.19.1, bitsandbytes 0.49.2 on {CPU}",
+        f"fixed in accelerate 1.15.0 (after 1.14.0) — with {HELD.format(tf='5.6.2')} on {CPU}",
+        f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD.format(tf='5.23.0')} on {CPU}",
+    ]
+    assert not [r for r in records if r["kind"] == "flaky"]
+    rows = stored(db)
+    assert [r["description"] for r in rows] == [r["description"] for r in records if r["kind"] != "requirement"]
+    assert {r["scope"] for r in rows} == {""}
+
+
+def test_a_flip_across_runs_with_nothing_changed_is_a_flaky_cell(tmp_path: Path) -> None:
+    # The same two runs, recording the same inputs: run 2's failure of (5.6.2, 1.14.0) flipped with
+    # nothing changed. That cell says nothing about the fix: the 5.6.2 line's answer is a range.
+    path = tmp_path / "compat.duckdb"
+    inputs = {"inputs": {"scenarios": {SCENARIO: "d1", OTHER_SCENARIO: "d2"}, "paths": {}}}
+    with Store(path) as store:
+        store.ensure_run(R1, "matrix.toml", "[axes]", inputs, "0.1.0", {"platform": "linux-x86_64", "gpu": "cpu"})
+        for tf in ("5.6.2", "5.23.0"):
+            store_cell(store, R1, tf, "1.13.0", [Status.ERROR, Status.ERROR])
+            store_cell(store, R1, tf, "1.14.0", [Status.PASS, Status.PASS])
+            store_cell(store, R1, tf, "1.15.0", [Status.PASS, Status.PASS])
+        store.record_releases(R1, RELEASES)
+    with Store(path) as store:  # the next night, after the first was folded
+        store.ensure_run(R2, "matrix.toml", "[axes]", inputs, "0.1.0", {"platform": "linux-x86_64", "gpu": "cpu"})
+        store_cell(store, R2, "5.6.2", "1.14.0", [Status.ERROR, Status.ERROR])
+    proc = run_cli("attribute", "--db", str(path), "--json", "--offline")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["description"] for r in records if r["kind"] == "fixed"] == [
+        "fixed between accelerate 1.13.0 (fails) and 1.15.0 (passes); inconclusive: 1.14.0 (flaky across runs)"
         f" — with {HELD.format(tf='5.6.2')} on {CPU}",
         f"fixed in accelerate 1.14.0 (after 1.13.0) — with {HELD.format(tf='5.23.0')} on {CPU}",
     ]
-    assert [r["how"] for r in records] == ["range", "built", "flaky"]
     (flaky,) = [r for r in records if r["kind"] == "flaky"]
-    assert (flaky["cell_id"], flaky["failed"], flaky["repeats"], flaky["runs"]) == (cell_id("5.6.2", "1.14.0"), 1, 3, [R1, R2])
-    rows = stored(db)
-    assert [r["description"] for r in rows] == [r["description"] for r in records]
-    assert {r["scope"] for r in rows} == {""}
+    assert (flaky["cell_id"], flaky["runs"]) == (cell_id("5.6.2", "1.14.0"), [R2])
 
 
 def test_an_axis_whose_releases_were_never_listed_gives_only_ranges(tmp_path: Path, db: Path) -> None:

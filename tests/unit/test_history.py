@@ -159,7 +159,8 @@ def test_a_flip_with_nothing_changed_is_flaky_evidence_for_the_known_good_set(db
         flaky = queries.flaky_across_runs(store)
         # c3 is new on night 3: its t_flip failure has no history, it is just a failure
         assert set(flaky) == {("night-3", "c1", f"{FILE}::t_flip"), ("night-3", "c2", f"{FILE}::t_flip")}
-        assert "passed in night-2, failed in night-3 (E3) with nothing changed" in flaky[("night-3", "c1", f"{FILE}::t_flip")]
+        why = "flaky across runs: passed in night-2, failed in night-3 (E3) with nothing changed"
+        assert flaky[("night-3", "c1", f"{FILE}::t_flip")] == ("E3", why)
         rows = queries.outcome_rows(store)
     marked = {(r["cell_id"], r["scenario"]) for r in rows if r.get("flaky_across")}
     assert marked == {("c1", f"{FILE}::t_flip"), ("c2", f"{FILE}::t_flip")}
@@ -291,7 +292,8 @@ def test_a_file_from_before_the_split_reads_as_it_did_until_compact_splits_it(tm
     db = _legacy(tmp_path / "old.duckdb", 3)
     said = subprocess.run([sys.executable, "-m", "harness", "summary", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
     assert said.returncode == 0, said.stderr
-    assert said.stdout.splitlines()[0].startswith("History: 3 runs") and "harness compact --db" in said.stdout.splitlines()[0]
+    head = " ".join(said.stdout.split("\n\n")[0].split())  # the lines before the first blank one, unwrapped
+    assert head.startswith("History: 3 runs") and "`harness compact --db" in head, head
     assert "fail: 6  pass: 6" in said.stdout  # every night folded, as the harness before the split answered
     changes = subprocess.run([sys.executable, "-m", "harness", "changes", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
     assert changes.returncode == 2 and "harness compact --db" in changes.stderr

@@ -116,7 +116,8 @@ def test_the_workflow_runs_on_demand_and_nightly(project: Path) -> None:
     # a regression fails the watch job (exit 1) and, nightly, the issue job opens an issue with the markdown report
     assert jobs["issue"]["if"] == "${{ failure() && github.event_name == 'schedule' }}"
     [issue] = [s for s in jobs["issue"]["steps"] if "gh issue create" in s.get("run", "")]
-    assert "jq -e '.exit_status == 1' watch.json" in issue["run"] and "--body-file watch.md" in issue["run"]
+    assert "jq -e '.exit_status == 1' watch.json" in issue["run"] and "--body-file issue.md" in issue["run"]
+    assert "cat watch.md > issue.md" in issue["run"] and "cat changes.md >> issue.md" in issue["run"]  # the report, then what changed
     downloaded = next(s for s in jobs["issue"]["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
     assert downloaded["with"] == {"name": uploads[0]["name"]}  # the report the watch uploaded, at the paths it had
     # the site: `harness publish` over the same results, uploaded; Pages deploys it only where turned on
@@ -133,6 +134,7 @@ def test_every_harness_command_in_the_workflow_parses(project: Path) -> None:
         ("sweep", "sweep"),
         ("watch", "merge"),
         ("watch", "summary"),
+        ("watch", "changes"),
         ("watch", "watch"),
         ("site", "publish"),
     ]
@@ -145,7 +147,7 @@ def test_every_harness_command_in_the_workflow_parses(project: Path) -> None:
             continue
         parser.parse_args(argv)  # an unknown option or a bad value exits here (SystemExit)
     sweep = dict(zip(commands[1][1][1::2], commands[1][1][2::2]))
-    assert sweep["--shard"] == "1/2" and sweep["--db"] == "results/compat.duckdb"
+    assert sweep["--shard"] == "1/2" and sweep["--db"] == "results/compat.duckdb" and "--run-tag" in sweep  # each night its own run
 
 
 def test_init_refuses_to_overwrite_and_leaves_the_folder_untouched(tmp_path: Path) -> None:
