@@ -62,9 +62,12 @@ class Report:
 
 def changes_of(store: SqlResultsFile, since: str = "") -> Report | None:
     """The changes since `since` (a run id or a date; default the run before the newest sweep);
-    None where the file holds no run before the newest (nothing to compare)."""
+    None where the file holds no run before the newest (nothing to compare), or keeps its runs as
+    a harness before the history split did (`harness compact` splits it)."""
     from harness.storage import history
 
+    if not history.is_split(store):
+        return None
     base = history.baseline(store, since)
     if base is None:
         return None
