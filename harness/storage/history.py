@@ -47,7 +47,8 @@ MACHINE_SQL = r"""concat_ws('|',
     COALESCE(NULLIF(regexp_extract(COALESCE(c.python_version, ''), '^\d+\.\d+'), ''),
              NULLIF(regexp_extract(COALESCE(c.python, ''), '^\d+\.\d+'), ''),
              regexp_extract(COALESCE(r.host->>'python', ''), '^\d+\.\d+')),
-    COALESCE(NULLIF(c.cuda_runtime, ''), regexp_extract(COALESCE(c.installed->>'torch', ''), '\+cu(\d+)$', 1)))"""
+    COALESCE(NULLIF(c.cuda_runtime, ''),
+             regexp_replace(regexp_extract(COALESCE(c.installed->>'torch', ''), '\+cu(\d+)$', 1), '(\d)$', '.\1')))"""
 #: A test's identity across the suite's releases (the node id where none was stored), as `outcomes_v.test_id`.
 TEST_SQL = "COALESCE(NULLIF({a}.test_id, ''), {a}.scenario)"
 _KEY = ("run_id", "cell_id", "scenario", "repeat")
