@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness import __version__
-from harness.analysis.outcome import Outcome
 from harness.analysis.refine import Plan
 from harness.commands import changes, compact
+from harness.commands.progress import ProgressReporter
 from harness.commands.summary import WIDTH, render_answer
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERMINATED, BadInput, HarnessError
-from harness.inputs.matrix import Cell, load_matrix
+from harness.inputs.matrix import load_matrix
 from harness.inputs.scenarios import select
-from harness.running.envs import EnvResult
 from harness.running.gpus import MAX_CPU_JOBS, default_jobs
 from harness.storage.opening import open_results
 
@@ -41,48 +39,6 @@ DEFAULT_DB = Path("results/compat.duckdb")
 #: `--keep-servers auto` on a machine with GPUs: each cell's server parks for 15 idle minutes.
 KEEP_WITH_GPUS = 900.0
 KEEP_ENV = "HARNESS_KEEP_SERVERS"  # --keep-servers' default where it is not given (scripts that compare sweeps set 0)
-
-
-class ProgressReporter:
-    """A rich progress bar with ETA over outcomes; one line per environment built."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=console,
-        )
-        self.task = self.progress.add_task("sweep", total=0)
-
-    def start(self, total: int) -> None:
-        # Called once for the matrix's cells and once per round of refinement probes.
-        self.progress.reset(self.task, total=total)
-        self.progress.start()
-
-    def cell_started(self, cell: Cell) -> None:
-        self.progress.update(self.task, description=f"building {cell.id}")
-
-    def env_built(self, cell: Cell, env: EnvResult) -> None:
-        how = "reused" if env.reused else f"built in {env.seconds:.1f}s"
-        line = f"[bold]{cell.id}[/]: env {env.status} ({how})"
-        if not env.ready:
-            line += f": {env.message.splitlines()[-1] if env.message else ''}"
-        self.console.print(line)
-        self.progress.update(self.task, description=f"running {cell.id}")
-
-    def scenario_started(self, cell: Cell, scenario: str, repeat: int) -> None:
-        self.progress.update(self.task, description=f"running {cell.id}: {scenario}")
-
-    def outcome(self, outcome: Outcome, cell: Cell) -> None:
-        self.progress.advance(self.task)
-
-    def finish(self) -> None:
-        self.progress.stop()
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
