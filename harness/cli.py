@@ -25,6 +25,7 @@ from harness.commands.summary import WIDTH, render_answer
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_TERMINATED, BadInput, HarnessError
 from harness.inputs.matrix import load_matrix
 from harness.inputs.scenarios import select
+from harness.running import kept
 from harness.running.gpus import MAX_CPU_JOBS, default_jobs
 from harness.storage.opening import open_results
 
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
-#: `--keep-servers auto` on a machine with GPUs: each cell's server parks for 15 idle minutes.
-KEEP_WITH_GPUS = 900.0
-KEEP_ENV = "HARNESS_KEEP_SERVERS"  # --keep-servers' default where it is not given (scripts that compare sweeps set 0)
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -133,11 +131,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-servers",
         type=_seconds,
-        default=os.environ.get(KEEP_ENV, "auto"),
+        default=os.environ.get(kept.KEEP_ENV, "auto"),
         metavar="SECONDS",
         help="keep each cell's fork server, with its imports, for the next sweep of the same cell on this machine, parked for "
-        f"up to SECONDS idle (0: they exit with the sweep). Default auto: {KEEP_WITH_GPUS:.0f} s on a machine with GPUs, "
-        f"0 without (the default's default: {KEEP_ENV}); see `harness servers`",
+        f"up to SECONDS idle (0: they exit with the sweep). Default auto: {kept.KEEP_WITH_GPUS:.0f} s on a machine with GPUs, "
+        f"0 without (the default's default: {kept.KEEP_ENV}); see `harness servers`",
     )
     p.add_argument(
         "--shard",
@@ -166,7 +164,9 @@ def _seconds(text: str) -> float | str:
     except ValueError:
         value = -1.0
     if not 0 <= value <= 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: give --keep-servers (or {KEEP_ENV}) seconds between 0 and 604800, e.g. 900, or auto")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give --keep-servers (or {kept.KEEP_ENV}) seconds between 0 and 604800, e.g. 900, or auto"
+        )
     return value
 
 
@@ -198,7 +198,7 @@ def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.lookahead = not args.no_lookahead
     options.zygote = not args.no_zygote
     options.help_tail = not args.no_tail_help
-    options.keep_servers = args.keep_servers if isinstance(args.keep_servers, float) else _keep_by_default(gpus)
+    options.keep_servers = args.keep_servers if isinstance(args.keep_servers, float) else kept.keep_by_default(gpus)
     options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     options.shard = parse_shard(args.shard) if args.shard else None
     options.durations = args.durations
@@ -235,7 +235,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     on_start, on_round = (None, None) if args.json else (started, _print_round(console))
     options = _sweep_options(args)
     if options.keep_servers and args.keep_servers != "auto":
-        _kept_dir()  # a folder others could use is refused before anything runs
+        kept.usable_dir()  # a folder others could use is refused before anything runs
     done = run_sweep(
         options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
     )
@@ -252,8 +252,6 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     for chain in done.cuda_chains:  # why a module was not preloaded, found in this sweep
         console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
     if options.keep_servers:
-        from harness.running import kept
-
         parked = len(kept.parked())
         console.print(
             f"{parked} fork server(s) parked on this machine for the next sweep of their cells, each until "
@@ -504,7 +502,9 @@ def _cmd_attribute(args: argparse.Namespace, console: Console) -> int:
     if done.unlisted:
         console.print(f"the index's releases of {', '.join(done.unlisted)} could not be listed: changes along them are ranges")
     for stated in done.requirements:
-        console.print(f"missing requirement: [bold]{escape(stated.text())}[/] on {stated.machine or 'an unrecorded machine'}", highlight=False)
+        console.print(
+            f"missing requirement: [bold]{escape(stated.text())}[/] on {stated.machine or 'an unrecorded machine'}", highlight=False
+        )
         console.print(f"  {escape(', '.join(stated.scenarios))}: {escape(stated.signature)}", highlight=False)
         for line in stated.lines():
             console.print(f"  {escape(line)}", highlight=False)
@@ -1092,36 +1092,13 @@ def _cmd_watch(args: argparse.Namespace, console: Console) -> int:
     return report.exit_status
 
 
-def _keep_by_default(gpus: int) -> float:
-    """`--keep-servers auto`: on a machine with GPUs (where a server's imports cost more than its
-    cell's scenarios, and re-sweeps are how scenarios get written) unless the socket folder is
-    unusable, which is said on stderr; off without GPUs (CI, laptops: nothing left behind)."""
-    if not gpus:
-        return 0.0
-    try:
-        _kept_dir()
-    except BadInput as exc:
-        print(f"harness: {exc}; servers are not kept", file=sys.stderr)
-        return 0.0
-    return KEEP_WITH_GPUS
-
-
-def _kept_dir() -> Path:
-    from harness.running import kept
-
-    try:
-        return kept.kept_dir()
-    except kept.UnsafeDir as exc:
-        raise BadInput(f"cannot keep fork servers: {exc}") from None
-
-
 def _cmd_servers(args: argparse.Namespace, console: Console) -> int:
     """The fork servers kept by `sweep --keep-servers`; with --stop, end them."""
     import time
 
     from harness.running import kept
 
-    _kept_dir()
+    kept.usable_dir()
     servers = kept.parked()
     if not servers:
         console.print("no fork server is kept")

@@ -27,10 +27,12 @@ import json
 import os
 import socket
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import BadInput
 from harness.running import scratch
 from harness.running.child import LIFELINE_ENV, PRELOAD_LOG_ENV
 from harness.running.processes import CHILD
@@ -38,6 +40,9 @@ from harness.running.zygote import PER_CELL_VARIABLES, torch_record
 
 #: Where the sockets live (default: $XDG_RUNTIME_DIR/compat-harness, else /tmp/compat-harness-UID).
 KEPT_DIR_ENV = "HARNESS_KEPT_DIR"
+#: `--keep-servers auto` on a machine with GPUs: each cell's server parks for 15 idle minutes.
+KEEP_WITH_GPUS = 900.0
+KEEP_ENV = "HARNESS_KEEP_SERVERS"  # --keep-servers' default where it is not given (scripts that compare sweeps set 0)
 #: Servers parked at once, at most: each holds its cell's imports in memory (0.5-1.5 GiB).
 MAX_KEPT = 32
 ATTACH_TIMEOUT = 10.0
@@ -75,6 +80,29 @@ def kept_dir() -> Path:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise UnsafeDir(f"{path} is not a folder private to this user (mode {oct(info.st_mode & 0o777)}); remove it or set {KEPT_DIR_ENV}")
     return path
+
+
+def usable_dir() -> Path:
+    """`kept_dir`, or BadInput that says why servers cannot be kept there: a sweep that asks to
+    keep them, and `harness servers`, refuse a folder others could use before anything runs."""
+    try:
+        return kept_dir()
+    except UnsafeDir as exc:
+        raise BadInput(f"cannot keep fork servers: {exc}") from None
+
+
+def keep_by_default(gpus: int) -> float:
+    """`--keep-servers auto`: on a machine with GPUs (where a server's imports cost more than its
+    cell's scenarios, and re-sweeps are how scenarios get written) unless the socket folder is
+    unusable, which is said on stderr; off without GPUs (CI, laptops: nothing left behind)."""
+    if not gpus:
+        return 0.0
+    try:
+        usable_dir()
+    except BadInput as exc:
+        print(f"harness: {exc}; servers are not kept", file=sys.stderr)
+        return 0.0
+    return KEEP_WITH_GPUS
 
 
 def _env_identity(python: str) -> list[Any]:

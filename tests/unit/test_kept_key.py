@@ -87,7 +87,7 @@ def test_the_environment_sets_the_default_and_the_flag_wins(monkeypatch: pytest.
     from harness import cli
 
     monkeypatch.setenv(kept.KEPT_DIR_ENV, str(tmp_path / "kept"))
-    monkeypatch.setenv(cli.KEEP_ENV, "0")
+    monkeypatch.setenv(kept.KEEP_ENV, "0")
     monkeypatch.setattr(cli, "options_gpus", lambda selected: 1)
     assert cli._sweep_options(cli.build_parser().parse_args(["sweep"])).keep_servers == 0.0
     assert cli._sweep_options(cli.build_parser().parse_args(["sweep", "--keep-servers", "30"])).keep_servers == 30.0
