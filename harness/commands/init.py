@@ -16,11 +16,14 @@ them. A failure half-way (a full disk) removes what was written.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 from harness import __version__
-from harness.errors import BadInput
+from harness.errors import EXIT_OK, BadInput
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "init"
 #: template file -> where it goes in the project (dot files ship without their dot: package data skips none, editors hide them)
@@ -96,3 +99,21 @@ def next_steps(scaffold: Scaffold) -> list[str]:
         "                  and publishes the table as a site (to GitHub Pages too: see the top of the workflow)",
     ]
     return lines
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help="scaffold a project of your own: matrix.toml, scenarios/ with two examples, a CI workflow, a README",
+        description="Writes a commented matrix.toml for the torch/transformers/accelerate/peft stack, scenarios/ with a "
+        "plain-script example and one that uses the scenario kit, .github/workflows/compat.yml (on demand and nightly: "
+        "a sharded sweep, a merge, `harness watch`, the results and the report uploaded), a README and a .gitignore. "
+        "Overwrites nothing: if one of the files exists, nothing is written. See docs/tool.md.",
+    )
+    p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the project folder (default: the current one; created if missing)")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    print("\n".join(next_steps(init_project(args.dir))))
+    return EXIT_OK

@@ -8,6 +8,8 @@ cell's whole freeze, and writes requirements.txt, constraints.txt and pylock.tom
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import tempfile
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from rich.console import Console
 
 from harness.analysis.pin import (
     ANY_MACHINE,
@@ -36,8 +39,9 @@ from harness.analysis.pin import (
 from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
 from harness.analysis.status import Status
+from harness.commands import flags
 from harness.commands.answer import answer
-from harness.errors import BadInput
+from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.inputs.candidates import expand_find_links
 from harness.running.envs import uv_binary
 from harness.storage import queries
@@ -339,3 +343,75 @@ def stated_constraints(db: Path, scenarios: Sequence[str] = (), tests: Sequence[
         if (not chosen or chosen in classes.get(r.machine, set())) and (not wanted or wanted & set(r.scenarios))
     ]
     return as_constraints(stated)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pin",
+        help="the newest version set on which the chosen scenarios all pass, with evidence; requirements, constraints, pylock.toml",
+        description="Among the stored cells of one machine class where every chosen scenario or test passed (every repeat, "
+        "every run), the newest by the ranking, with the evidence and the newer versions that were excluded and why. "
+        "See docs/pins-and-reports.md.",
+    )
+    flags.add_db(p)
+    p.add_argument("--scenario", action="append", default=[], help="a scenario (or test node id) that must pass (repeatable)")
+    p.add_argument(
+        "--test",
+        action="append",
+        default=[],
+        metavar="SELECTION",
+        help="tests that must pass: a node id, a file (tests/test_x.py), a class (tests/test_x.py::TestX) or a folder (repeatable)",
+    )
+    p.add_argument(
+        "-m",
+        "--marker",
+        default="",
+        help="tests whose stored pytest markers match this expression, as pytest reads -m (within --test when given)",
+    )
+    p.add_argument(
+        "--machine",
+        default="",
+        help="the machine class to pin for: cpu, '1x NVIDIA H200', '2x NVIDIA H200' (case, spaces and NVIDIA do not matter), "
+        "or any (all pooled); default: the newest run's",
+    )
+    p.add_argument(
+        "--fix", action="append", default=[], help="hold an axis: torch=2.13.0 (also matches 2.13.0+cpu) or transformers<5.20 (repeatable)"
+    )
+    p.add_argument("--gpu", default="", help="only evidence from runs whose GPU name contains this, e.g. H200 or cpu")
+    p.add_argument("--platform", default="", help="only evidence from runs whose platform contains this, e.g. linux-x86_64")
+    p.add_argument("--rank", default="", help="axes in order of preference (default: transformers,peft,accelerate,bitsandbytes,torch)")
+    p.add_argument("--out", type=Path, default=None, help="write requirements.txt, constraints.txt and pylock.toml into this folder")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument(
+        "--constraints",
+        action="store_true",
+        help="print instead the requirements the results state ('transformers>=5.6.0 needs peft>=0.19.0') as pip constraints "
+        "for your own requirements: those of --scenario/--test, or all, on the machine class",
+    )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+
+    db = flags.existing_duckdb(args.db)
+    if args.constraints:
+        print(stated_constraints(Path(db), args.scenario, args.test, args.machine), end="")
+        return EXIT_OK
+    chosen = {"machine": args.machine, "tests": args.test, "marker": args.marker}
+    result, files, sources = pin_file(Path(db), args.scenario, args.fix, args.gpu, args.platform, args.rank, args.out, **chosen)
+    if not result.found:
+        print(json.dumps(result.to_dict()) if args.json else "\n".join(result.describe()))
+        return EXIT_RUN_FAILED
+    commands = {"pip": result.install_command("pip", sources), "uv": result.install_command("uv", sources)}
+    if args.json:
+        written = files.files if files else {}
+        print(json.dumps({**result.to_dict(), "install": commands, "files": written, "lock_note": files.lock_note if files else ""}))
+        return EXIT_OK
+    print("\n".join(result.describe()))
+    print(commands["pip"])
+    print(commands["uv"])
+    if files and files.files:
+        print(f"wrote {', '.join(files.files.values())}")
+    if files and files.lock_note:
+        print(files.lock_note)
+    return EXIT_OK

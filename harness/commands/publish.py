@@ -11,6 +11,7 @@ the read `harness summary` prints, grouped as the summary groups it.
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 from collections import Counter, defaultdict
@@ -18,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from harness import __version__
 from harness.analysis import heatmap
@@ -29,9 +32,10 @@ from harness.analysis.requirement import StatedRequirement, requirements
 from harness.analysis.rows import CellFacts, group_of
 from harness.analysis.status import SEVERITY, Status, status_of
 from harness.analysis.support import SupportTable, support_tables
+from harness.commands import flags
 from harness.commands.answer import answer
 from harness.commands.summary import GRID_ROWS, _blamed, _context, _grouped, _never_changes, _short_signature, inferred_text
-from harness.errors import BadInput
+from harness.errors import EXIT_OK, BadInput
 from harness.storage.opening import open_results
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "publish"
@@ -533,3 +537,22 @@ def summary_line(page: Path, site: Site) -> str:
         f"({exact} exact, on {site.exact} line(s){more}), {len(site.known_good)} known-good set(s), "
         f"{sum(1 for t in site.tables if t.built > 1)} support table(s); {page.stat().st_size / 1024:,.0f} KiB, open it in a browser"
     )
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="write the compatibility table as a static site (DIR/index.html): heatmap, answers, known-good sets, support tables",
+        description="One self-contained index.html (data and scripts inline, no server, no request to any other host) "
+        "that a project can commit or push to GitHub Pages. See docs/dashboard.md.",
+    )
+    flags.add_db(p)
+    p.add_argument("--out", type=Path, default=Path("site"), help="the folder to write index.html into (default: site)")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+
+    page, site = publish(args.db, args.out)
+    print(summary_line(page, site))
+    return EXIT_OK

@@ -1,4 +1,4 @@
-"""The text a sweep ends with, and `harness summary`: the answers first, then a grid that fits 100 columns.
+"""`harness summary`, and the text a sweep ends with: the answers first, then a grid that fits 100 columns.
 
 1. **Answers**: per failure, the releases that introduced or fixed it (exact, or a range that
    names what was not built), on how many lines of the matrix, and on which machine; failures
@@ -21,10 +21,13 @@ the console shortens its scenario names, then splits its cells into blocks (`_gr
 
 from __future__ import annotations
 
+import argparse
+import json
 import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
@@ -41,6 +44,8 @@ from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.rows import axis_sort, group_of, installed, machine_of, signature_of
 from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
+from harness.commands import flags
+from harness.errors import EXIT_OK
 
 STYLE = {
     "pass": "green",
@@ -635,3 +640,31 @@ def render_transitions(
             cell = ", ".join(f"{a} {v}" for a, v in f.versions)
             table.add_row(escape(f.scenario), f"{f.failed}/{f.repeats}", escape(cell), escape(f.signature))
         console.print(table)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("summary", help="print the outcome table of a results file")
+    flags.add_db(p)
+    p.add_argument("db_file", nargs="?", type=Path, default=None, metavar="DB", help="the results file (the same as --db)")
+    p.add_argument("--run-id", default="", help="only this run")
+    p.add_argument("--wide", action="store_true", help="the full grid (cells × scenarios, one word each) and every line's answer")
+    p.add_argument("--json", action="store_true", help="every outcome row as one JSON object per line")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.commands.answer import answer
+    from harness.commands.changes import print_history
+    from harness.storage.opening import open_results
+
+    args.db = args.db_file or args.db
+    with open_results(args.db, read_only=True) as store:
+        found = answer(store, args.run_id or None)
+    if not args.json and not args.run_id:
+        print_history(Path(args.db), console)
+    if args.json:
+        for row in found.rows:
+            print(json.dumps(row, default=str))
+        return EXIT_OK
+    render_answer(found, console, title=f"{args.db}" + (f" run {args.run_id}" if args.run_id else ""), wide=args.wide)
+    return EXIT_OK

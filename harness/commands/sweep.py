@@ -1,27 +1,37 @@
-"""`harness sweep`'s workflow: plan, sweep, refine, answer.
+"""`harness sweep`: its flags, its workflow (plan, sweep, refine, answer) and its closing lines.
 
-The command line parses and prints; this driver does the work in between, in the order a
-sweep needs it: validate everything (`sweep.plan`, nothing written before it returns), open the
-results file (DuckDB, or a runner's JSON-lines shard), run the matrix's cells (`sweep.Sweep`),
-narrow the ranges its outcomes leave to exact releases (`refinement.refine_run`, on the same
-sweep: its zygotes serve the probes too), and answer the run (`answering.answer`), probes
-included, for the summary.
+`add_parser` and `run` are the command line's; `run_sweep` does the work in between, in the
+order a sweep needs it: validate everything (`sweep.plan`, nothing written before it returns),
+open the results file (DuckDB, or a runner's JSON-lines shard), run the matrix's cells
+(`sweep.Sweep`), narrow the ranges its outcomes leave to exact releases (`refinement.refine_run`,
+on the same sweep: its zygotes serve the probes too), and answer the run (`answering.answer`),
+probes included, for the summary.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
 
 from harness.analysis.answer import Answer
 from harness.analysis.outcome import Outcome
 from harness.analysis.refine import OnRound
+from harness.commands import flags
 from harness.commands.answer import answer
-from harness.errors import BadInput
-from harness.inputs.matrix import shard_cells
-from harness.running import live
-from harness.running.shards import cell_weights
-from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan, shard_layout
+from harness.commands.changes import print_history
+from harness.commands.progress import ProgressReporter, print_rounds
+from harness.commands.summary import render_answer
+from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
+from harness.running import kept, live
+from harness.running.gpus import MAX_CPU_JOBS, default_jobs
+from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan
 from harness.storage.opening import open_results
 from harness.storage.resultsfile import ResultsFile
 
@@ -102,44 +112,182 @@ def run_sweep(
     return done
 
 
-@dataclass(frozen=True)
-class ShardPlan:
-    """One shard of `harness plan`: the cells it touches, how many of them it runs only a slice
-    of, and its expected seconds (None: no stored durations, the split is by count)."""
+# -- the command ---------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
+    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    flags.add_db(p)
+    p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
+    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")
+    flags.add_suite(p)
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    flags.add_allow_empty(p)
+    p.add_argument(
+        "--run-id", default="", help="store under this run id (default: derived from the matrix and scenario files, so a rerun resumes)"
+    )
+    p.add_argument("--fresh", action="store_true", help="start a new run (its id gets a timestamp) so every outcome is computed again")
+    flags.add_run_tag(p)
+    p.add_argument("--model", default="", help="real checkpoint (hub id or path) for scenarios instead of the synthetic model")
+    p.add_argument("--adapter", default="", help="real adapter (hub id or path) for scenarios")
+    p.add_argument("--device", default="", choices=["", "cpu", "cuda"], help="device for scenarios that can run on either")
+    p.add_argument("--env-root", type=Path, default=None, help="where cell virtualenvs live (default: the matrix's env_dir, .nox)")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default="auto",
+        help="cells built and run at once; with GPUs each job gets one (CUDA_VISIBLE_DEVICES). Default auto: one job on a machine "
+        f"with GPUs (every GPU for the lone job), else one per CPU core, at most {MAX_CPU_JOBS}",
+    )
+    p.add_argument("--gpus", default=None, help="GPU ids to use, e.g. 0,1 (default: every GPU nvidia-smi sees)")
+    p.add_argument(
+        "--no-lookahead",
+        action="store_true",
+        help="prepare each cell only when its turn comes (default: a job builds its next cell's env and fork server while it runs one)",
+    )
+    p.add_argument(
+        "--no-tail-help",
+        action="store_true",
+        help="with --jobs > 1, an idle job never shares a running cell (default: once no cell is left, an idle job starts a "
+        "second fork server for the running cell with the most time left and takes its scenarios too, where that saves time)",
+    )
+    p.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="every cell's fork server imports torch and the matrix's preload itself (default: forked from one process per torch "
+        "build that has imported torch, preloading what the cell's scenarios imported last time; matrix key `zygote`)",
+    )
+    p.add_argument(
+        "--keep-servers",
+        type=_seconds,
+        default=os.environ.get(kept.KEEP_ENV, "auto"),
+        metavar="SECONDS",
+        help="keep each cell's fork server, with its imports, for the next sweep of the same cell on this machine, parked for "
+        f"up to SECONDS idle (0: they exit with the sweep). Default auto: {kept.KEEP_WITH_GPUS:.0f} s on a machine with GPUs, "
+        f"0 without (the default's default: {kept.KEEP_ENV}); see `harness servers`",
+    )
+    p.add_argument(
+        "--shard",
+        default="",
+        help="run only slice i of n, e.g. 2/4 (deterministic; merge the shards' files): cells round robin, or with a suite "
+        "whole cells and slices of cells' tests balanced by stored durations (see --durations)",
+    )
+    flags.add_durations(p)
+    p.add_argument(
+        "--no-refine", action="store_true", help="keep ranges as ranges: do not build the releases between tested ones (default: refine)"
+    )
+    p.add_argument(
+        "--refine-limit", type=int, default=None, help="build at most this many probe cells to refine ranges (default: the matrix's)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
+    p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
+    p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
 
-    index: int
-    count: int
-    cells: list[str]
-    cut: int
-    expected: float | None
 
-    @property
-    def name(self) -> str:
-        return f"{self.index}/{self.count}"
+def run(args: argparse.Namespace, console: Console) -> int:
+    def started(plan: SweepPlan) -> None:
+        console.print(f"run [bold]{plan.run_id}[/]: {len(plan.cells)} cell(s) × {len(plan.scenarios)} scenario(s) -> {args.db}")
 
-
-def plan_shards(options: SweepOptions, count: int) -> tuple[list[ShardPlan], SweepPlan]:
-    """The layout `harness sweep --shard i/count` computes in each shard, for all of them at once
-    (`sweep.shard_layout`: the same inputs, so the same layout), and the sweep's plan."""
-    if count < 1:
-        raise BadInput(f"--shards {count}: give at least 1")
-    if options.durations is not None and not options.durations.is_file():
-        raise BadInput(
-            f"--durations {str(options.durations)!r} does not exist; pass the results file (.duckdb or .jsonl) of an earlier sweep, "
-            "or leave it out to balance by count"
+    progress = None if args.no_progress or args.json else ProgressReporter(console)
+    on_start, on_round = (None, None) if args.json else (started, print_rounds(console))
+    options = sweep_options(args)
+    if options.keep_servers and args.keep_servers != "auto":
+        kept.usable_dir()  # a folder others could use is refused before anything runs
+    done = run_sweep(
+        options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
+    )
+    if done.left_journal:  # another writer's turn: the outcomes wait in the journal, which readers see
+        print(f"harness: {done.left_journal} waits to be folded into {args.db}; readers see it already", file=sys.stderr)
+    if args.json:
+        for outcome in done.produced:
+            print(json.dumps(outcome.serialize(), default=str))
+        return _ran_no_test(done.empty, done.uncollected, done.allow_empty)
+    console.print(f"{len(done.produced)} outcome(s) computed, {done.resumed} already stored (resumed)")
+    if done.refinement:
+        console.print(done.refinement)
+    console.print(done.timing, highlight=False, soft_wrap=True)  # one line, for grep
+    for chain in done.cuda_chains:  # why a module was not preloaded, found in this sweep
+        console.print(f"CUDA at import: {chain}", highlight=False, soft_wrap=True)
+    if options.keep_servers:
+        parked = len(kept.parked())
+        console.print(
+            f"{parked} fork server(s) parked on this machine for the next sweep of their cells, each until "
+            f"{options.keep_servers:.0f} s idle; `harness servers --stop` ends them",
+            highlight=False,
+            soft_wrap=True,
         )
-    whole = plan(replace(options, shard=None))
-    layout, durations = shard_layout(whole, count)
-    if layout is not None:
-        shards = [
-            ShardPlan(i, count, [p.cell for p in layout.shards[i - 1]], sum(not p.whole for p in layout.shards[i - 1]), layout.expected(i))
-            for i in range(1, count + 1)
-        ]
-        if not layout.timed:
-            shards = [replace(s, expected=None) for s in shards]
-        return shards, whole
-    ids = [c.id for c in whole.cells]
-    weights, timed = cell_weights(ids, durations)
-    seconds = dict(zip(ids, weights))
-    dealt = [[c.id for c in shard_cells(whole.cells, i, count)] for i in range(1, count + 1)]
-    return [ShardPlan(i, count, cells, 0, sum(seconds[c] for c in cells) if timed else None) for i, cells in enumerate(dealt, 1)], whole
+    print_history(args.db, console)
+    render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
+    return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass
+
+
+def sweep_options(args: argparse.Namespace) -> SweepOptions:
+    """The sweep's options from its flags, the defaults that depend on the machine (jobs, kept servers) decided."""
+    # by keyword: SweepOptions gains fields between these (run_tag did), and a position would shift
+    options = SweepOptions(args.matrix, args.db, args.cell, args.scenario, args.run_id, args.fresh)
+    options.model, options.adapter, options.device, options.env_root = args.model, args.adapter, args.device, args.env_root
+    gpus = options_gpus(args.gpus) if args.jobs == "auto" or args.keep_servers == "auto" else 0
+    options.jobs = args.jobs if isinstance(args.jobs, int) else default_jobs(gpus, os.cpu_count() or 1)
+    options.lookahead = not args.no_lookahead
+    options.zygote = not args.no_zygote
+    options.help_tail = not args.no_tail_help
+    options.keep_servers = args.keep_servers if isinstance(args.keep_servers, float) else kept.keep_by_default(gpus)
+    options.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    options.shard = parse_shard(args.shard) if args.shard else None
+    options.durations = args.durations
+    options.keyword, options.marker, options.allow_empty = args.keyword, args.marker, args.allow_empty
+    options.run_tag = args.run_tag
+    return flags.suite_options(args, options)
+
+
+def options_gpus(selected: str | None) -> int:
+    """How many GPUs a sweep would use: those --gpus names, else every one nvidia-smi sees."""
+    from harness.running import hostinfo
+
+    return len([g for g in selected.split(",") if g.strip()]) if selected else len(hostinfo.gpus())
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "2/4" -> (2, 4); anything else is bad input that names the fix."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise BadInput(f"--shard {text!r} must look like i/n, e.g. 1/4") from None
+    if not 1 <= index <= count:
+        raise BadInput(f"--shard {text!r}: i must be between 1 and n, e.g. 1/{max(count, 1)}")
+    return index, count
+
+
+def _seconds(text: str) -> float | str:
+    """`--keep-servers SECONDS`: a number of seconds, 0 or more, or auto."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give --keep-servers (or {kept.KEEP_ENV}) seconds between 0 and 604800, e.g. 900, or auto"
+        )
+    return value
+
+
+def _jobs(text: str) -> int | str:
+    """`--jobs N` or `--jobs auto`."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of jobs, or auto") from None
+
+
+def _ran_no_test(empty: list[str], uncollected: list[str], allowed: bool) -> int:
+    """One line on stderr per cell whose suite ran no test; EXIT_RUN_FAILED unless each is an empty selection allowed."""
+    for line in empty:
+        fix = "allowed (--allow-empty)" if allowed else "no test ran there; pass --allow-empty (or [tests] allow_empty = true) if expected"
+        print(f"harness: {line}: {fix}", file=sys.stderr)
+    for line in uncollected:
+        print(f"harness: {line}", file=sys.stderr)
+    return EXIT_RUN_FAILED if uncollected or (empty and not allowed) else EXIT_OK

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.cli import COMMANDS, build_parser
+from harness.cli import COMMANDS, build_parser, command
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
@@ -30,3 +32,20 @@ def test_command_has_help_and_docs(command: str) -> None:
 
 def test_every_parser_has_a_command() -> None:
     assert set(_subparsers()) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_each_command_module_offers_its_parser_and_its_run(name: str) -> None:
+    module = command(name)
+    assert callable(module.add_parser) and callable(module.run), f"commands/{name}.py must offer add_parser(sub) and run(args, console)"
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    # `harness summary` must not pay for the sweep's runner, the watch or DuckDB at start.
+    code = (
+        "import sys\nfrom harness.cli import build_parser\n"
+        "build_parser('summary').parse_args(['summary'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('harness.commands.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert "harness.commands.sweep" not in out and "harness.commands.watch" not in out, out

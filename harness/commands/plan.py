@@ -1,0 +1,194 @@
+"""`harness plan`: a scheduler's shards of the matrix, as a GitHub Actions matrix or a Slurm array script.
+
+`plan_shards` lays the shards out as `harness sweep --shard i/n` will in each of them (the same
+inputs, so the same layout): cells round robin, or with a suite whole cells and slices of cells'
+tests balanced by stored durations. Stdout is the scheduler's (JSON, or the script filled from
+`SLURM_TEMPLATE`); each shard's expected seconds go to stderr, for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.commands import flags
+from harness.errors import EXIT_OK, BadInput
+from harness.inputs.matrix import shard_cells
+from harness.running.shards import cell_weights
+from harness.running.sweep import SweepOptions, SweepPlan, plan, shard_layout
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="print a scheduler's shards (a GitHub Actions matrix or a Slurm array script); each one's expected seconds on stderr",
+    )
+    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
+    p.add_argument("--format", choices=["github-actions", "slurm"], default="github-actions", help="output format")
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=flags.DEFAULT_DB,
+        help="the results file whose stored durations balance a suite's shards (default: results/compat.duckdb)",
+    )
+    flags.add_durations(p)
+    flags.add_suite(p)
+    p.add_argument("-k", dest="keyword", default="", help="with --tests: pytest's -k expression")
+    p.add_argument("-m", dest="marker", default="", help="with --tests: pytest's -m marker expression")
+    p.add_argument("--env-root", type=Path, default=None, help="where the shards' cell virtualenvs live (passed on to each shard)")
+    p.add_argument("--run-id", default="", help="the shards' run id (passed on; default: derived from the matrix and scenario files)")
+    flags.add_run_tag(p)
+    p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; passed on)")
+    p.add_argument(
+        "--merged",
+        type=Path,
+        default=flags.DEFAULT_DB,
+        help="slurm: the DuckDB file the dependent job merges into and refines (default: results/compat.duckdb)",
+    )
+    p.add_argument("--gpus-per-task", action="store_true", help="slurm: each array task asks for one GPU (#SBATCH --gres=gpu:1)")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    options = flags.suite_options(
+        args, SweepOptions(args.matrix, args.db, scenarios=args.scenario, run_id=args.run_id, env_root=args.env_root)
+    )
+    options.keyword, options.marker, options.durations, options.run_tag = args.keyword, args.marker, args.durations, args.run_tag
+    shards, whole = plan_shards(options, args.shards)
+    timed = shards[0].expected is not None
+    for shard in shards:  # for people; stdout is the scheduler's
+        seconds = f"expected {shard.expected:.1f} s" if shard.expected is not None else "no stored durations: split by count"
+        cut = f" ({shard.cut} a slice of its tests)" if shard.cut else ""
+        print(f"harness: shard {shard.name}: {len(shard.cells)} cell(s){cut}, {seconds}", file=sys.stderr)
+    if timed and shards:
+        longest, mean = max(s.expected or 0.0 for s in shards), sum(s.expected or 0.0 for s in shards) / len(shards)
+        print(f"harness: longest shard {longest:.1f} s, {longest / mean if mean else 1.0:.2f}x the mean {mean:.1f} s", file=sys.stderr)
+        if args.keyword or args.marker:
+            # the plan does not collect: a cell weighs every test stored for it, not only what -k/-m selects
+            print(
+                "harness: the expected seconds count every stored test of each cell, not only those -k/-m select "
+                "(the tests are cut after collection, exactly); for seconds of the selection, pass --durations a file of it",
+                file=sys.stderr,
+            )
+    if args.format == "github-actions":
+        include = []
+        for shard in shards:
+            entry: dict[str, Any] = {"shard": shard.name, "results": f"results/shard-{shard.index}.jsonl", "cells": len(shard.cells)}
+            entry["cut"] = shard.cut
+            if timed:
+                entry["expected_seconds"] = round(shard.expected or 0.0, 1)
+            include.append(entry)
+        print(json.dumps({"include": include}))
+    else:
+        print(slurm_script(args, shards, len(whole.cells)), end="")
+    return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One shard of `harness plan`: the cells it touches, how many of them it runs only a slice
+    of, and its expected seconds (None: no stored durations, the split is by count)."""
+
+    index: int
+    count: int
+    cells: list[str]
+    cut: int
+    expected: float | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def plan_shards(options: SweepOptions, count: int) -> tuple[list[ShardPlan], SweepPlan]:
+    """The layout `harness sweep --shard i/count` computes in each shard, for all of them at once
+    (`sweep.shard_layout`: the same inputs, so the same layout), and the sweep's plan."""
+    if count < 1:
+        raise BadInput(f"--shards {count}: give at least 1")
+    if options.durations is not None and not options.durations.is_file():
+        raise BadInput(
+            f"--durations {str(options.durations)!r} does not exist; pass the results file (.duckdb or .jsonl) of an earlier sweep, "
+            "or leave it out to balance by count"
+        )
+    whole = plan(replace(options, shard=None))
+    layout, durations = shard_layout(whole, count)
+    if layout is not None:
+        shards = [
+            ShardPlan(i, count, [p.cell for p in layout.shards[i - 1]], sum(not p.whole for p in layout.shards[i - 1]), layout.expected(i))
+            for i in range(1, count + 1)
+        ]
+        if not layout.timed:
+            shards = [replace(s, expected=None) for s in shards]
+        return shards, whole
+    ids = [c.id for c in whole.cells]
+    weights, timed = cell_weights(ids, durations)
+    seconds = dict(zip(ids, weights))
+    dealt = [[c.id for c in shard_cells(whole.cells, i, count)] for i in range(1, count + 1)]
+    return [ShardPlan(i, count, cells, 0, sum(seconds[c] for c in cells) if timed else None) for i, cells in enumerate(dealt, 1)], whole
+
+
+def slurm_script(args: argparse.Namespace, shards: list[ShardPlan], cells: int) -> str:
+    """The array job of `harness plan --format slurm`: task i sweeps shard i/n into its own file; the
+    first task of each submission submits the dependent job (afterany: after every task, whatever
+    its end) that merges the shards and refines the ranges, so one `sbatch` does it all, and a
+    resubmitted task (`sbatch --array=3 FILE`) merges and refines again once it is done."""
+    n = len(shards)
+    sweep_flags: list[str] = ["--matrix", str(args.matrix)]
+    for value, flag in ((args.tests_root, "--tests-root"), (args.keyword, "-k"), (args.marker, "-m")):
+        sweep_flags += [flag, value] if value else []
+    sweep_flags += ["--tests", *args.tests] if args.tests else []
+    sweep_flags += [x for r in args.test_requirement for x in ("--test-requirement", r)]
+    sweep_flags += ["--tests-of", args.tests_of] if args.tests_of else []
+    sweep_flags += ["--tests-git", args.tests_git] if args.tests_git else []
+    sweep_flags += ["--env-root", str(args.env_root)] if args.env_root else []
+    sweep_flags += ["--run-id", args.run_id] if args.run_id else []
+    sweep_flags += ["--run-tag", args.run_tag] if args.run_tag else []
+    scenarios = [x for name in args.scenario for x in ("--scenario", name)]
+    durations = args.durations or (args.db if args.db.is_file() else None)
+    shard_flags = ["--durations", str(durations)] if durations is not None else []
+    merged = shlex.quote(str(args.merged))
+    refine = shlex.join(["harness", "refine", "--db", str(args.merged), "--matrix", str(args.matrix), *scenarios])
+    refine += " " + shlex.join(["--env-root", str(args.env_root)]) if args.env_root else ""
+    lines = [
+        f"#   shard {s.index}/{n}: {len(s.cells)} cell(s)"
+        + (f", {s.cut} cut" if s.cut else "")
+        + (f", expected {s.expected:.1f} s" if s.expected is not None else "")
+        for s in shards
+    ]
+    return SLURM_TEMPLATE.format(
+        n=n,
+        cells=cells,
+        matrix=args.matrix,
+        gres="#SBATCH --gres=gpu:1\n" if args.gpus_per_task else "",
+        shards="\n".join(lines),
+        sweep=shlex.join(["harness", "sweep", *sweep_flags, *scenarios, *shard_flags]),
+        merged=merged,
+        refine=refine,
+    )
+
+
+SLURM_TEMPLATE = """#!/usr/bin/env bash
+#SBATCH --job-name=compat-sweep
+#SBATCH --array=1-{n}
+{gres}#SBATCH --output=slurm-compat-%A_%a.log
+# {cells} cells of {matrix} over {n} array tasks (harness plan's layout):
+{shards}
+# Each task writes its own shard, results/shard-<task>.jsonl; a rerun of a task resumes it. A shard
+# sees only part of the matrix, so the ranges are refined once, after the merge, by the job the
+# first task of this submission submits (afterany: it runs however the tasks end).
+# Submit: sbatch THIS_FILE; resubmit one task: sbatch --array=3 THIS_FILE
+set -euo pipefail
+mkdir -p results
+if [ "$SLURM_ARRAY_TASK_ID" = "${{SLURM_ARRAY_TASK_MIN:-1}}" ]; then
+  sbatch --job-name=compat-merge --dependency="afterany:$SLURM_ARRAY_JOB_ID" --output="slurm-compat-%j-merge.log" \\
+    --wrap "harness merge --db {merged} results/shard-*.jsonl && {refine}"
+fi
+exec {sweep} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
+"""
