@@ -3,7 +3,7 @@
 `plan_shards` lays the shards out as `harness sweep --shard i/n` will in each of them (the same
 inputs, so the same layout): cells round robin, or with a suite whole cells and slices of cells'
 tests balanced by stored durations. Stdout is the scheduler's (JSON, or the script filled from
-`SLURM_TEMPLATE`); each shard's expected seconds go to stderr, for people.
+harness/templates/plan/slurm.sbatch); each shard's expected seconds go to stderr, for people.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from harness.errors import EXIT_OK, BadInput
 from harness.inputs.matrix import shard_cells
 from harness.running.shards import cell_weights
 from harness.running.sweep import SweepOptions, SweepPlan, plan, shard_layout
+
+#: The array job's script; `str.format` fills it (`{{`/`}}` are the shell's own braces).
+SLURM_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "plan" / "slurm.sbatch"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -162,7 +165,7 @@ def slurm_script(args: argparse.Namespace, shards: list[ShardPlan], cells: int) 
         + (f", expected {s.expected:.1f} s" if s.expected is not None else "")
         for s in shards
     ]
-    return SLURM_TEMPLATE.format(
+    return SLURM_TEMPLATE.read_text().format(
         n=n,
         cells=cells,
         matrix=args.matrix,
@@ -172,23 +175,3 @@ def slurm_script(args: argparse.Namespace, shards: list[ShardPlan], cells: int) 
         merged=merged,
         refine=refine,
     )
-
-
-SLURM_TEMPLATE = """#!/usr/bin/env bash
-#SBATCH --job-name=compat-sweep
-#SBATCH --array=1-{n}
-{gres}#SBATCH --output=slurm-compat-%A_%a.log
-# {cells} cells of {matrix} over {n} array tasks (harness plan's layout):
-{shards}
-# Each task writes its own shard, results/shard-<task>.jsonl; a rerun of a task resumes it. A shard
-# sees only part of the matrix, so the ranges are refined once, after the merge, by the job the
-# first task of this submission submits (afterany: it runs however the tasks end).
-# Submit: sbatch THIS_FILE; resubmit one task: sbatch --array=3 THIS_FILE
-set -euo pipefail
-mkdir -p results
-if [ "$SLURM_ARRAY_TASK_ID" = "${{SLURM_ARRAY_TASK_MIN:-1}}" ]; then
-  sbatch --job-name=compat-merge --dependency="afterany:$SLURM_ARRAY_JOB_ID" --output="slurm-compat-%j-merge.log" \\
-    --wrap "harness merge --db {merged} results/shard-*.jsonl && {refine}"
-fi
-exec {sweep} --shard "$SLURM_ARRAY_TASK_ID/{n}" --db "results/shard-$SLURM_ARRAY_TASK_ID.jsonl" --no-progress --no-refine
-"""
