@@ -361,12 +361,13 @@ class Ledger:
 
     def count_servers(self, runner: CellRunner) -> None:
         """A runner's fork-server starts (a spare's too: it was paid for), and the CUDA chains they found."""
-        self.server_start_seconds += runner.server_start_seconds
-        self.server_starts += runner.server_starts
-        self.servers_kept += runner.servers_kept
-        self.kept_seconds += runner.kept_seconds
-        self.cuda_restarts += runner.cuda_restarts
-        self.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in runner.cuda_chains))
+        server = runner.server
+        self.server_start_seconds += server.start_seconds
+        self.server_starts += server.starts
+        self.servers_kept += server.kept_taken
+        self.kept_seconds += server.kept_seconds
+        self.cuda_restarts += server.cuda_restarts
+        self.cuda_chains.update(dict.fromkeys(" → ".join(c) for c in server.cuda_chains))
 
     def mean_scenario_seconds(self) -> float:
         """Per scenario run so far (0 before the first): the guess for a cell none of whose finished."""
@@ -439,7 +440,7 @@ class _Helpers:
             mean = self._ledger.mean_scenario_seconds()
             todo = shared.ready.todo
             counted = sum(s.name in shared.runnable for s, _ in todo)
-            for sh in self.tail.started(shared, len(todo), counted, runner.server_start_seconds, last=last, mean=mean):
+            for sh in self.tail.started(shared, len(todo), counted, runner.server.start_seconds, last=last, mean=mean):
                 # second fork servers, started in the background, for the cells idle jobs will share
                 sh.spare = _in_background(partial(self._start_runner, sh.ready.env, list(sh.left)))
 
@@ -692,7 +693,7 @@ class Sweep:
         except BaseException:
             runner.close()
             raise
-        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)
+        self.culprits.learn(runner.server.cuda_culprits, env.freeze, runner.server.cuda_via)
         return runner
 
     def _run_prepared(self, ready: _Prepared, gpus: list[str] | None, share: bool = False, *, last: bool = False) -> list[Outcome]:
@@ -745,16 +746,17 @@ class Sweep:
         env = shared.ready.env
         with self._lock:
             self.ledger.count_servers(runner)
-            for module, seconds in runner.preload_seconds.items():
+            for module, seconds in runner.server.preload_seconds.items():
                 self.ledger.imports[module] = self.ledger.imports.get(module, 0.0) + seconds
             shared.imports.update(runner.imports)
             last = self.helpers.tail.done(shared)
             if last:
                 self.helpers.discard_spare(shared)
-        self.culprits.learn(runner.cuda_culprits, env.freeze, runner.cuda_via)  # a server restarted mid-cell may have found more
+        server = runner.server
+        self.culprits.learn(server.cuda_culprits, env.freeze, server.cuda_via)  # a server restarted mid-cell may have found more
         self.culprits.learn(runner.culprit_importers, env.freeze, runner.culprit_importers)
         if last and self.zygotes is not None and self.settings.preload:
-            learned = [m for e in runner.entries if e["name"] in runner.preloaded and _learned_entry(e) for m in e["modules"]]
+            learned = [m for e in server.entries if e["name"] in server.preloaded and _learned_entry(e) for m in e["modules"]]
             remember(env.location, [s for s, _ in shared.ready.todo], shared.imports, learned)
 
     def _emit(self, made: Outcome, cell: Cell) -> Outcome:

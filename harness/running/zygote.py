@@ -57,7 +57,7 @@ SHARE_TORCH_ENV = "HARNESS_ZYGOTE_SHARE_TORCH"
 
 
 class Client(Protocol):
-    """What the pool needs of a runner that asks it for a fork server (`runner.CellRunner`):
+    """What the pool needs of a cell that asks it for a fork server (`server.CellServer`):
     the cell's interpreter and environment, its folder, its preload (which the pool may narrow)
     and the modules it must not preload."""
 
@@ -202,7 +202,7 @@ class ZygotePool:
         self.stats = ZygoteStats()
         self._closed = False
 
-    # -- for CellRunner -------------------------------------------------------------------
+    # -- for CellServer -------------------------------------------------------------------
     def fork(self, runner: Client, argv: list[str]) -> tuple[ForkedServer, Zygote, float] | None:
         """A fork server for the runner's cell, forked from a zygote, and the seconds this call
         spent starting that zygote (the sweep counts them apart); None: start a plain server."""

@@ -85,12 +85,12 @@ def _gone(pid: int, within: float = 10.0) -> bool:
 def test_the_next_runner_of_the_cell_takes_the_kept_server_in_its_own_folder(kept_dir: Path, cell_python: str, tmp_path: Path) -> None:
     env = _libs(tmp_path)
     first, runner1 = _run(cell_python, tmp_path, env, ["slow_lib"])
-    assert (runner1.server_starts, runner1.servers_kept) == (1, 0)
+    assert (runner1.server.starts, runner1.server.kept_taken) == (1, 0)
     assert [p.pid for p in kept.parked()] == [first["server"]]
     second, runner2 = _run(cell_python, tmp_path, env, ["slow_lib"])
-    assert (runner2.server_starts, runner2.servers_kept) == (0, 1)
+    assert (runner2.server.starts, runner2.server.kept_taken) == (0, 1)
     assert second["server"] == first["server"]
-    assert runner2.kept_seconds < 1.0  # slow_lib's second of import was not paid again
+    assert runner2.server.kept_seconds < 1.0  # slow_lib's second of import was not paid again
     # the scenario runs where a fresh server of this runner would have put it
     assert second["cwd"] == second["runner_tmp"] != first["cwd"]
     assert second["cell"] == os.path.join(second["runner_tmp"], "cell")
@@ -103,8 +103,8 @@ def test_what_the_new_preload_adds_is_imported_at_attach(kept_dir: Path, cell_py
     first, _ = _run(cell_python, tmp_path, env, ["slow_lib"])
     second, runner = _run(cell_python, tmp_path, env, ["slow_lib", "extra_lib"])
     assert second["server"] == first["server"]
-    assert runner.preloaded == ["slow_lib", "extra_lib"]
-    assert list(runner.preload_seconds) == ["extra_lib"]  # only what it lacked
+    assert runner.server.preloaded == ["slow_lib", "extra_lib"]
+    assert list(runner.server.preload_seconds) == ["extra_lib"]  # only what it lacked
     assert second["mods"] == ["extra_lib", "slow_lib"]
 
 
@@ -126,7 +126,7 @@ def test_another_environment_or_other_files_get_another_server(kept_dir: Path, c
             f.unlink()
         info.rmdir()
     assert rebuilt["server"] not in (first["server"], other_var["server"])
-    assert runner.servers_kept == 0
+    assert runner.server.kept_taken == 0
 
 
 def test_a_parked_server_exits_when_idle_for_its_time(kept_dir: Path, cell_python: str, tmp_path: Path) -> None:
@@ -182,9 +182,9 @@ def test_a_module_that_initialises_cuda_at_attach_restarts_the_server_without_it
     (tmp_path / "greedy_lib.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
     first, _ = _run(cell_python, tmp_path, env, ["torch"])
     second, runner = _run(cell_python, tmp_path, env, ["torch", "greedy_lib"])
-    assert runner.cuda_culprits == ["greedy_lib"]
+    assert runner.server.cuda_culprits == ["greedy_lib"]
     assert second["server"] != first["server"]  # the kept one imported it, so it could not serve
-    assert runner.preloaded == ["torch"]
+    assert runner.server.preloaded == ["torch"]
 
 
 def test_two_sweeps_keep_their_servers_and_store_the_same_outcomes(kept_dir: Path, tmp_path: Path, env_root: Path) -> None:

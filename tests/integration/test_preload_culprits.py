@@ -99,13 +99,13 @@ def test_every_culprit_is_found_in_one_restart_and_the_clean_modules_stay(libs: 
     runner, lines = _run(libs, preload=preload)
     # peft_like's chain names the library that touched CUDA; the module that imports it later
     # is caught at its import statement, in the same (doomed) server
-    assert runner.cuda_culprits == ["peft_like", "bnb_like", "tf_like.integrations_bnb"]
+    assert runner.server.cuda_culprits == ["peft_like", "bnb_like", "tf_like.integrations_bnb"]
     # each is a culprit through bnb_like: remembered with its version, for cells that have it
-    assert runner.cuda_via == dict.fromkeys(runner.cuda_culprits, "bnb_like")
-    assert runner.cuda_chains[0] == ["peft_like", "peft_like.tuners", "peft_like.tuners.lora", "bnb_like", "bnb_like.cext"]
-    assert (runner.server_starts, runner.cuda_restarts) == (2, 1)
+    assert runner.server.cuda_via == dict.fromkeys(runner.server.cuda_culprits, "bnb_like")
+    assert runner.server.cuda_chains[0] == ["peft_like", "peft_like.tuners", "peft_like.tuners.lora", "bnb_like", "bnb_like.cext"]
+    assert (runner.server.starts, runner.server.cuda_restarts) == (2, 1)
     # asking availability (NVML while preloading) is fine: acc_like is preloaded
-    assert runner.preloaded == ["torch", "tf_like.clean_a", "tf_like.clean_b", "acc_like"]
+    assert runner.server.preloaded == ["torch", "tf_like.clean_a", "tf_like.clean_b", "acc_like"]
     assert lines == ["['acc_like', 'tf_like.clean_a', 'tf_like.clean_b']", "False (9, 0)"]
 
 
@@ -113,14 +113,14 @@ def test_learned_groups_holding_culprits_cost_one_restart_not_one_per_module(lib
     # the shape of the runner's second sweep: each library's learned modules as one group
     learned = ["torch", "bnb_like.cext", "peft_like.tuners.lora", "tf_like.clean_a", "tf_like.integrations_bnb", "tf_like.clean_b"]
     runner, lines = _run(libs, preload=["torch"], learned=learned)
-    assert (runner.server_starts, runner.cuda_restarts) == (2, 1)
-    assert set(runner.cuda_culprits) == {"bnb_like", "peft_like", "tf_like.integrations_bnb"}
-    assert runner.preloaded == ["torch", "torch.*", "tf_like.*"]
+    assert (runner.server.starts, runner.server.cuda_restarts) == (2, 1)
+    assert set(runner.server.cuda_culprits) == {"bnb_like", "peft_like", "tf_like.integrations_bnb"}
+    assert runner.server.preloaded == ["torch", "torch.*", "tf_like.*"]
     assert lines[0] == "['tf_like.clean_a', 'tf_like.clean_b']"
     # what it found, remembered: the next cell (or sweep) starts once and preloads the same
-    again, lines = _run(libs, preload=["torch"], learned=learned, avoid=set(runner.cuda_culprits))
-    assert (again.server_starts, again.cuda_restarts, again.cuda_culprits) == (1, 0, [])
-    assert again.preloaded == runner.preloaded
+    again, lines = _run(libs, preload=["torch"], learned=learned, avoid=set(runner.server.cuda_culprits))
+    assert (again.server.starts, again.server.cuda_restarts, again.server.cuda_culprits) == (1, 0, [])
+    assert again.server.preloaded == runner.server.preloaded
     assert lines[0] == "['tf_like.clean_a', 'tf_like.clean_b']"
 
 
@@ -139,8 +139,8 @@ def test_a_culprit_found_only_by_the_fork_probe_is_still_dropped(libs: Path) -> 
     # a library that poisons fork by a way the watch does not wrap: the probe after the entry tells
     _write(libs / "site", {"sly.py": "import torch\ntorch._poison()\n"})
     runner, lines = _run(libs, preload=["torch", "sly", "tf_like.clean_a"])
-    assert runner.cuda_culprits == ["sly"]
-    assert runner.preloaded == ["torch", "tf_like.clean_a"]
+    assert runner.server.cuda_culprits == ["sly"]
+    assert runner.server.preloaded == ["torch", "tf_like.clean_a"]
     assert lines[-1].startswith("False")
 
 

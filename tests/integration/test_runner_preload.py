@@ -30,10 +30,10 @@ def test_server_restarts_without_a_module_that_initialises_cuda(tmp_path: Path) 
         sys.executable, isolation="fork", preload=["torch", "greedy_lib", "after_lib"], env={"PYTHONPATH": str(tmp_path)}
     ) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_initialized_by == "greedy_lib"
+        assert runner.server.cuda_initialized_by == "greedy_lib"
         # only the culprit goes: what follows it is still preloaded; the scenario runs, forked
-        assert runner.preloaded == ["torch", "after_lib"]
-        assert runner.cuda_culprits == ["greedy_lib"]
+        assert runner.server.preloaded == ["torch", "after_lib"]
+        assert runner.server.cuda_culprits == ["greedy_lib"]
     assert raw.record == {"status": "pass"}
     assert raw.output_tail.strip() == "['after_lib', 'torch']"
 
@@ -48,8 +48,8 @@ def test_a_known_culprit_is_not_even_tried(tmp_path: Path) -> None:
         sys.executable, isolation="fork", preload=["torch", "greedy_lib"], env={"PYTHONPATH": str(tmp_path)}, avoid={"greedy_lib"}
     ) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_culprits == []
-        assert runner.preloaded == ["torch"]
+        assert runner.server.cuda_culprits == []
+        assert runner.server.preloaded == ["torch"]
     assert raw.output_tail.strip() == "False"
 
 
@@ -59,7 +59,7 @@ def test_server_start_is_not_counted_in_the_scenarios_seconds(tmp_path: Path) ->
     scenario.write_text("print('ok')\n")
     with CellRunner(sys.executable, isolation="fork", preload=["slow_lib"], env={"PYTHONPATH": str(tmp_path)}) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.server_start_seconds >= 1.5
+        assert runner.server.start_seconds >= 1.5
     assert raw.record == {"status": "pass"}
     assert raw.seconds < 1.5
 
@@ -73,8 +73,8 @@ def test_a_clean_preload_is_kept(tmp_path: Path) -> None:
         sys.executable, isolation="fork", preload=["torch", "after_lib", "not_installed_anywhere"], env={"PYTHONPATH": str(tmp_path)}
     ) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_initialized_by == ""
-        assert runner.preloaded == ["torch", "after_lib"]
+        assert runner.server.cuda_initialized_by == ""
+        assert runner.server.preloaded == ["torch", "after_lib"]
     assert raw.record == {"status": "pass"}
 
 
@@ -114,8 +114,8 @@ def test_a_module_that_poisons_fork_is_dropped(tmp_path: Path) -> None:
     preload = ["torch", "poisoner", "after_lib"]
     with CellRunner(sys.executable, isolation="fork", preload=preload, env={"PYTHONPATH": str(tmp_path)}) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_culprits == ["poisoner"]
-        assert runner.preloaded == ["torch", "after_lib"]
+        assert runner.server.cuda_culprits == ["poisoner"]
+        assert runner.server.preloaded == ["torch", "after_lib"]
     assert raw.output_tail.strip() == "False False"  # the scenario's process is not in a bad fork
 
 
@@ -128,8 +128,8 @@ def test_preloading_asks_nvml_and_scenarios_get_the_default_back(tmp_path: Path)
     os_env_had = "PYTORCH_NVML_BASED_CUDA_CHECK" in __import__("os").environ
     with CellRunner(sys.executable, isolation="fork", preload=["torch", "careful"], env=env) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_culprits == []  # it only checks availability: preloaded safely
-        assert runner.preloaded == ["torch", "careful"]
+        assert runner.server.cuda_culprits == []  # it only checks availability: preloaded safely
+        assert runner.server.preloaded == ["torch", "careful"]
     if not os_env_had:
         assert raw.output_tail.strip() == "unset"
 
@@ -154,13 +154,13 @@ def test_a_learned_group_that_initialises_cuda_loses_only_the_module_that_does(t
     with CellRunner(sys.executable, isolation="fork", preload=["torch"], env=env, learned=learned) as runner:
         raw = runner.run(scenario, timeout=30)
         # the group first, then its modules one by one: the culprit found, the rest kept
-        assert runner.cuda_culprits == ["lib.*", "lib.bridge"]
-        assert runner.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
-        found = set(runner.cuda_culprits)
+        assert runner.server.cuda_culprits == ["lib.*", "lib.bridge"]
+        assert runner.server.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
+        found = set(runner.server.cuda_culprits)
     assert raw.output_tail.strip() == "['lib.clean_a', 'lib.clean_b']"
     # the next cell knows both: it splits the group at once and never tries the culprit
     with CellRunner(sys.executable, isolation="fork", preload=["torch"], env=env, learned=learned, avoid=found) as runner:
         raw = runner.run(scenario, timeout=30)
-        assert runner.cuda_culprits == []
-        assert runner.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
+        assert runner.server.cuda_culprits == []
+        assert runner.server.preloaded == ["torch", "torch.*", "lib.clean_a", "lib.clean_b"]
     assert raw.output_tail.strip() == "['lib.clean_a', 'lib.clean_b']"

@@ -55,10 +55,10 @@ def test_a_module_that_poisons_fork_is_dropped_from_the_zygote(tmp_path: Path) -
     try:
         with CellRunner(python, preload=["torch", "torch.poisoner", "torch.after"], zygotes=pool) as runner:
             raw = runner.run(scenario, timeout=60)
-            assert runner.zygote is not None
-            assert runner.zygote.cuda_culprits == ["torch.poisoner"]
-            assert runner.zygote.preloaded == ["torch", "torch.after"]
-            assert runner.cuda_culprits == ["torch.poisoner"]  # the sweep remembers it (cuda-culprits.json)
+            assert runner.server.zygote is not None
+            assert runner.server.zygote.cuda_culprits == ["torch.poisoner"]
+            assert runner.server.zygote.preloaded == ["torch", "torch.after"]
+            assert runner.server.cuda_culprits == ["torch.poisoner"]  # the sweep remembers it (cuda-culprits.json)
             assert "torch.poisoner" not in runner.preload  # and the forked server does not try it again
     finally:
         pool.close()

@@ -173,7 +173,7 @@ def check_cells(envs: list[EnvResult], tmp: Path, pool: ZygotePool, skip: tuple[
     problems = []
     for env in envs:
         forked, runner = _run_dump(env, tmp, "fork", pool)
-        assert runner.zygote is not None, f"not forked from a zygote: {runner.refusals} {pool.describe_fallbacks()}"
+        assert runner.server.zygote is not None, f"not forked from a zygote: {runner.server.refusals} {pool.describe_fallbacks()}"
         plain, _ = _run_dump(env, tmp, "fork", None)
         fresh, _ = _run_dump(env, tmp, "process", None)
         allowed = _allowed(env, fresh, tmp)
@@ -251,7 +251,7 @@ def test_torch_loading_a_library_under_test_keeps_the_zygote_out(release_cells: 
         _, runner = _run_dump(release_cells[0], tmp_path, "fork", pool)
     finally:
         pool.close()
-    assert runner.zygote is None
+    assert runner.server.zygote is None
     assert "typing_extensions" in pool.describe_fallbacks() and "preload" in pool.describe_fallbacks()
 
 
@@ -271,8 +271,8 @@ def test_a_cell_whose_files_differ_is_refused_and_gets_its_own_zygote(
     finally:
         record.unlink()
         record.write_bytes(original)
-    assert runner.refusals and "typing_extensions" in runner.refusals[0]
-    assert runner.zygote is not None and runner.zygote.python == second.python
+    assert runner.server.refusals and "typing_extensions" in runner.server.refusals[0]
+    assert runner.server.zygote is not None and runner.server.zygote.python == second.python
     assert pool.stats.starts == 2
     fresh, _ = _run_dump(second, tmp_path, "process", None)
     assert differences(forked, fresh, _allowed(second, fresh, tmp_path), FORK_VS_PROCESS) == []
@@ -280,10 +280,10 @@ def test_a_cell_whose_files_differ_is_refused_and_gets_its_own_zygote(
 
 def test_nothing_of_a_library_under_test_is_in_the_zygote(release_cells: list[EnvResult], tmp_path: Path, pool: ZygotePool) -> None:
     _, runner = _run_dump(release_cells[0], tmp_path, "fork", pool)
-    assert runner.zygote is not None
-    assert runner.zygote.preloaded == ["torch"]
-    assert not [d for d in runner.zygote.dists if d.lower().startswith(("packaging-", "tinypkg-"))]
-    assert any(d.startswith("torch-") for d in runner.zygote.dists)
+    assert runner.server.zygote is not None
+    assert runner.server.zygote.preloaded == ["torch"]
+    assert not [d for d in runner.server.zygote.dists if d.lower().startswith(("packaging-", "tinypkg-"))]
+    assert any(d.startswith("torch-") for d in runner.server.zygote.dists)
 
 
 def test_the_zygote_is_not_started_for_a_cell_whose_scenarios_never_import_torch(
@@ -294,7 +294,7 @@ def test_the_zygote_is_not_started_for_a_cell_whose_scenarios_never_import_torch
     with CellRunner(release_cells[0].python, preload=["torch", "torch._dynamo"], learned=["packaging"], zygotes=pool) as runner:
         raw = runner.run(scenario, timeout=60)
     assert raw.output_tail.strip() == "False"
-    assert runner.preloaded == ["packaging.*"] and pool.stats.starts == 0
+    assert runner.server.preloaded == ["packaging.*"] and pool.stats.starts == 0
 
 
 def test_describe_prints_what_a_fresh_interpreter_has(release_cells: list[EnvResult]) -> None:

@@ -27,12 +27,12 @@ def test_a_servers_torch_modules_are_imported_once_in_the_zygote(tmp_path: Path)
     try:
         with CellRunner(python, preload=["torch", "usestorch"], zygotes=pool) as first:
             assert first.run(scenario, timeout=60).output_tail.strip() == "False True"
-            assert first.zygote is not None and not first.zygote.shared
+            assert first.server.zygote is not None and not first.server.zygote.shared
         # what the first server imported of torch is imported in the zygote before the next fork
         with CellRunner(python, preload=["torch", "usestorch"], zygotes=pool) as second:
             raw = second.run(scenario, timeout=60)
-            assert second.zygote is first.zygote
-            assert "torch.after" in second.zygote.shared
+            assert second.server.zygote is first.server.zygote
+            assert "torch.after" in second.server.zygote.shared
     finally:
         pool.close()
     assert raw.output_tail.strip() == "False True"
@@ -51,12 +51,12 @@ def test_a_shared_torch_module_that_poisons_fork_retires_the_zygote(tmp_path: Pa
             first_out = first.run(scenario, timeout=60).output_tail.strip()
             # a plain server found the culprit itself; started again without it, the server came
             # from a new zygote that imports no more of torch than its preload
-            assert "torch.poisoner" in first.cuda_culprits
-            assert first.zygote is not None and not first.zygote.shared
+            assert "torch.poisoner" in first.server.cuda_culprits
+            assert first.server.zygote is not None and not first.server.zygote.shared
         with CellRunner(python, preload=["torch"], learned=["torch.after"], zygotes=pool) as second:
             second_out = second.run(scenario, timeout=60).output_tail.strip()
             # its torch build's zygotes import no more of torch than their preload
-            assert second.zygote is not None and not second.zygote.shared
+            assert second.server.zygote is not None and not second.server.zygote.shared
     finally:
         pool.close()
     assert first_out == "False True"  # no scenario process is in a bad fork

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from harness.inputs.scenarios import Scenario
-from harness.running import preloads
-from harness.running.runner import preload_entries
+from harness.running import preloads, server
+from harness.running.server import preload_entries
 
 CONFIGURED = ["torch", "torch._dynamo", "transformers", "peft"]
 
 
 def test_doctests() -> None:
     assert doctest.testmod(preloads).failed == 0
+    assert doctest.testmod(server).failed == 0  # what a fork server preloads: `without_culprits`
 
 
 @pytest.mark.parametrize(
