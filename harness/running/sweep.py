@@ -2,7 +2,8 @@
 
 The steps are small and separate (as nox's workflow is): `plan` (validate everything, write
 nothing), then per cell prepare (env build, fork server: `schedule.Feed` does it ahead) →
-check applicability → run → interpret → store. Outcomes already stored for the run are not
+check applicability → run → interpret (`checks.Checks`: a runner's runs made outcomes) → store.
+Outcomes already stored for the run are not
 recomputed, so a killed sweep resumes where it stopped. The GPUs are `gpus.GpuPlan`'s, the
 memory of CUDA-initialising modules is `culprits.CudaCulprits`', and bisection and refinement
 drive single cells through `Sweep.run_cell`, which returns what they need to know (`CellRun`).
@@ -14,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sysconfig
 import threading
 import time
@@ -29,10 +29,8 @@ from typing import Any, Protocol, cast
 
 from harness import __version__
 from harness.analysis import outcome, versions
-from harness.analysis.interpret import Interpretation, RawRun, interpret
 from harness.analysis.outcome import CellRecord, Outcome
 from harness.analysis.redact import mask, secret_values
-from harness.analysis.status import Status
 from harness.errors import BadInput
 from harness.inputs.candidates import (
     RELEASES_FILE,
@@ -50,17 +48,18 @@ from harness.inputs.candidates import (
 from harness.inputs.fingerprint import code_digest
 from harness.inputs.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.inputs.scenarios import Scenario, applicability, select
-from harness.inputs.testsource import NoTests, check_source
+from harness.inputs.testsource import check_source
 from harness.running import hostinfo
 from harness.running.bytecode import bytecode_env
+from harness.running.checks import Checks, SuiteTally
 from harness.running.culprits import CudaCulprits
 from harness.running.envs import EnvResult, IndexSeen, build_env
 from harness.running.gpus import GpuPlan
 from harness.running.preloads import learned_preload, remember
 from harness.running.runner import CellRunner
 from harness.running.schedule import Feed, Help, Idle, Tail
-from harness.running.shards import SETUP_SECONDS, Durations, Layout, Piece, cell_weights, lay_out, split_tests
-from harness.running.testsuite import Suite, interpret_result, make_suite, meaning, needed_packages, run_suite
+from harness.running.shards import SETUP_SECONDS, Durations, Layout, Piece, cell_weights, lay_out
+from harness.running.testsuite import Suite, make_suite, needed_packages
 from harness.running.zygote import ZygotePool
 from harness.storage import queries
 from harness.storage.opening import open_results
@@ -519,6 +518,9 @@ class Sweep:
         self.env_root = (plan.options.env_root or Path(self.settings.env_dir)).resolve()
         self.find_links = expand_find_links(self.settings.find_links)
         self.libraries = tuple(plan.resolved.axes)
+        self.checks = Checks(
+            plan.run_id, scenario_env(plan.options), self.settings.timeout, self.libraries, self.secrets, plan.pieces, plan.durations
+        )
         self.ledger = Ledger()
         self.index_seen = IndexSeen()  # the first env asks the index; the rest reuse what it fetched
         self.bytecode = bytecode_env()  # every cell's processes share their modules' bytecode
@@ -726,7 +728,7 @@ class Sweep:
                         with self._lock:
                             self.reporter.scenario_started(cell, scenario.name, repeat)
                         if isinstance(scenario, Suite):
-                            outcomes += self._run_suite(runner, cell, scenario, repeat, env, request_env)
+                            outcomes += self._run_suite(runner, cell, scenario, env, request_env)
                             continue
                         made = self._run_one(runner, cell, scenario, repeat, env, gpu_count, request_env)
                     if self._stopping.is_set():
@@ -765,141 +767,35 @@ class Sweep:
             self.reporter.outcome(made, cell)
         return made
 
-    def _run_suite(
-        self, runner: CellRunner, cell: Cell, suite: Suite, repeat: int, env: EnvResult, request_env: dict[str, str]
-    ) -> list[Outcome]:
+    def _run_suite(self, runner: CellRunner, cell: Cell, suite: Suite, env: EnvResult, request_env: dict[str, str]) -> list[Outcome]:
         """The suite in this cell: every test's outcome stored as it comes (a stopped sweep keeps
         them), those stored already left out (resume)."""
-        run_id = self.plan.run_id
-        try:
-            suite = suite.in_cell(env.freeze)
-        except (NoTests, subprocess.CalledProcessError) as err:
-            said = str(err) if isinstance(err, NoTests) else f"git failed: {(err.stderr or '').strip()[:300]}"
-            return [self._emit(_no_tests(run_id, cell.id, suite, said), cell)]
-        done = [s for c, s, r in self.store.done_keys(run_id) if c == cell.id]
-        events, output = runner.tmp / "suite-events.jsonl", runner.tmp / "suite-output.log"
-        timeout = float(suite.timeout or self.settings.timeout)
-        env_vars = {**scenario_env(self.plan.options), **request_env}
-
-        cut = self._cut(cell, runner.tmp / "suite-keep.json")
-
-        def start(skip: list[str]) -> tuple[int | None, int | None]:
-            return runner.run_suite_worker(suite.root, suite.args(), events, skip, output, env_vars, cut[1] if cut else None)
-
+        here = self.checks.suite_here(suite, cell.id, env.freeze)
+        if isinstance(here, Outcome):
+            return [self._emit(here, cell)]
+        done = [s for c, s, r in self.store.done_keys(self.plan.run_id) if c == cell.id]
         made: list[Outcome] = []
-        tally = SuiteTally(cell.id, suite)  # an -m pytest refuses: BadInput, and nothing of the suite stored here
-        for event in run_suite(start, runner.kill_running, events, timeout, done=done, cut=cut):
-            if event.get("event") == "imported":
-                runner.imports[str(suite.path.resolve())] = [str(m) for m in event.get("modules", [])]
-            for found in tally.take(event, _suite_outcome(run_id, cell.id, event, list(self.libraries), list(self.secrets), suite)):
-                if not self._stopping.is_set():
-                    with self._lock:
-                        self.ledger.scenario_seconds += found.seconds
-                        self.ledger.scenarios_run += 1
-                    made.append(self._emit(found, cell))
-        tally.end(self.ledger, stopped=self._stopping.is_set())  # a selection of no test, said at the end
+        tally = SuiteTally(cell.id, here)  # an -m pytest refuses: BadInput, and nothing of the suite stored here
+        for found in self.checks.suite(runner, cell.id, here, request_env, done, tally):
+            if not self._stopping.is_set():
+                with self._lock:
+                    self.ledger.scenario_seconds += found.seconds
+                    self.ledger.scenarios_run += 1
+                made.append(self._emit(found, cell))
+        # a selection of no test, said at the end
+        tally.end(self.ledger.suites_empty, self.ledger.suites_uncollected, stopped=self._stopping.is_set())
         return made
-
-    def _cut(self, cell: Cell, keep: Path) -> tuple[Callable[[list[str]], list[str]], Path] | None:
-        """This shard's slice of a cut cell's tests, once collected (`shards.split_tests`); None: all of them."""
-        piece = self.plan.pieces.get(cell.id)
-        if piece is None or piece.whole:
-            return None
-        seconds = self.plan.durations.get(cell.id, {})
-        return (lambda selection: split_tests(selection, seconds, piece.shares)[piece.part]), keep
 
     def _run_one(
         self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]
     ) -> Outcome:
-        run_id = self.plan.run_id
-        reason = applicability(scenario, env.freeze, gpu_count)
-        if reason:
-            return outcome.not_applicable(run_id, cell.id, scenario.name, repeat, reason)
-        timeout = float(scenario.timeout or self.settings.timeout)
-        started = datetime.now(UTC).replace(tzinfo=None).isoformat()
-        raw = runner.run(scenario.path, timeout, {**scenario_env(self.plan.options), **request_env})
-        with self._lock:
-            self.ledger.scenario_seconds += raw.seconds
-            self.ledger.scenarios_run += 1
-            self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
-        meaning = interpret(raw, timeout, self.libraries, setup=scenario.setup, gpus=scenario.requires.gpus)
-        return outcome.scenario_outcome(run_id, cell.id, scenario.name, repeat, meaning, raw, self.secrets, started)
-
-
-def _suite_outcome(
-    run_id: str, cell_id: str, event: dict[str, Any], libraries: list[str], secrets: list[str], suite: Suite
-) -> Outcome | None:
-    """One worker event -> one stored outcome (a test's result, a file that failed to import,
-    a worker that never got to a test); None for the events that are not outcomes."""
-    kind = event.get("event")
-    if kind == "collect_error":
-        event = {**event, "status": "error", "phase": "collection", "message": event.get("message", "")}
-    elif kind == "worker_died":
-        event = {**event, "nodeid": " ".join(suite.paths) or ".", "status": "crash", "exception_type": "worker"}
-    elif kind != "result":
-        return None
-    result = interpret_result(event, libraries)
-    marks = {"markers": [str(m) for m in event["markers"]]} if event.get("markers") else {}
-    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=result.seconds, output_tail="", metrics=marks)
-    made = outcome.scenario_outcome(run_id, cell_id, result.nodeid, 0, meaning(result, libraries), raw, secrets)
-    made.test_id = result.test_id
-    return made
-
-
-class SuiteTally:
-    """One cell's suite events in the order they come, and what they say about its selection.
-
-    A file that failed to collect is stored only once pytest took the selection ("selection"):
-    when pytest refuses it ("usage_error": an -m naming an unknown marker under
-    --strict-markers, or any expression the harness's process could not check) the sweep stops
-    with BadInput and nothing of the suite is stored in the cell. A selection that keeps no test
-    of those collected is no outcome (no node id ran; a rerun runs the collection again and says
-    it again): `end` notes it on the ledger, for the sweep's exit status.
-    """
-
-    def __init__(self, cell_id: str, suite: Suite) -> None:
-        self.cell_id, self.suite = cell_id, suite
-        self.selection: dict[str, Any] = {}
-        self.held: list[Outcome] = []
-        self.outcomes = 0
-
-    def take(self, event: dict[str, Any], found: Outcome | None) -> list[Outcome]:
-        """The outcomes to store now, in order (none while a collection error waits)."""
-        kind = event.get("event")
-        if kind == "usage_error":
-            said = str(event.get("message", "")).strip().splitlines()
-            raise BadInput(
-                f"pytest refuses the suite's selection ({self.words()}) in cell {self.cell_id}: {said[0] if said else 'a usage error'}; "
-                "fix -k/-m (or the [tests] table's k/m)"
-            )
-        if kind in ("selection", "collected"):
-            self.selection = self.selection or event  # "collected" alone: pytest stopped it after collecting (a node id not found)
-        if found is not None:
-            self.held.append(found)
-        if kind == "collect_error" and not self.selection:
-            return []
-        ready, self.held = self.held, []
-        self.outcomes += len(ready)
-        return ready
-
-    def end(self, ledger: Ledger, *, stopped: bool) -> None:
-        """After the suite's last event: held errors are already out (the child's "imported" comes
-        last); a selection of no test, or no collection at all, noted on the ledger."""
-        if stopped or self.outcomes:
-            return
-        if self.selection.get("event") == "selection" and not int(self.selection.get("selected", 0)):
-            collected = int(self.selection.get("collected", 0))
-            ledger.suites_empty.append(f"{self.cell_id}: {self.words()} selects 0 of {collected} collected tests")
-        elif not self.selection:
-            ledger.suites_uncollected.append(
-                f"{self.cell_id}: pytest ended before it collected the suite (no test ran); "
-                f"run `python -m pytest --collect-only` in {self.suite.root} with the cell's interpreter to see why"
-            )
-
-    def words(self) -> str:
-        """The selection as the command line gives it: -k 'x' -m 'y', else the paths."""
-        flags = [f"{flag} {value!r}" for flag, value in (("-k", self.suite.keyword), ("-m", self.suite.marker)) if value]
-        return " ".join(flags) or " ".join(self.suite.paths) or "the suite"
+        made, raw = self.checks.scenario(runner, cell.id, scenario, repeat, env.freeze, gpu_count, request_env)
+        if raw is not None:
+            with self._lock:
+                self.ledger.scenario_seconds += raw.seconds
+                self.ledger.scenarios_run += 1
+                self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
+        return made
 
 
 def run_releases(plan: SweepPlan, find_links: list[str]) -> dict[str, list[tuple[str, datetime | None]]]:
@@ -941,14 +837,6 @@ def shipped_releases(folders: list[str], axes: list[str], moment: datetime | Non
                     listed[axis] = [(v, t) for v, t in pairs if moment is None or t is None or t <= moment]
             return listed
     return {}
-
-
-def _no_tests(run_id: str, cell_id: str, suite: Suite, why: str) -> Outcome:
-    """The suite could not be had in this cell (no tag for its version): inconclusive, not a failure."""
-    name = " ".join(suite.paths) or (f"{suite.source.package} tests" if suite.source else ".")
-    said = Interpretation(Status.INCONCLUSIVE, why, None, "")
-    raw = RawRun(record=None, exit_code=None, signal=None, timed_out=False, seconds=0.0, output_tail="")
-    return outcome.scenario_outcome(run_id, cell_id, name, 0, said, raw, [])
 
 
 def _in_background(start: Callable[[], CellRunner]) -> Future[CellRunner]:

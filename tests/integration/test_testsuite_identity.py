@@ -19,8 +19,8 @@ from harness.analysis.outcome import CellRecord, Outcome
 from harness.analysis.status import Status
 from harness.commands.answer import answer
 from harness.commands.summary import render_known_good
+from harness.running.checks import suite_outcome
 from harness.running.runner import CellRunner
-from harness.running.sweep import _suite_outcome
 from harness.running.testsuite import make_suite, run_suite
 from harness.storage import queries
 from harness.storage.shardfile import ShardStore, read_records
@@ -80,7 +80,7 @@ def _sweep_release(tmp_path: Path, name: str, source: str) -> list[Outcome]:
     with CellRunner(sys.executable, isolation="process") as runner:
         start = lambda skip: runner.run_suite_worker(suite.root, suite.args(), events, skip, tmp_path / f"{name}.log", {})  # noqa: E731
         for event in run_suite(start, runner.kill_running, events, timeout=60.0):
-            found = _suite_outcome(RUN, name, event, ["mypkg"], [], suite)
+            found = suite_outcome(RUN, name, event, ["mypkg"], [], suite)
             if found is not None:
                 made.append(found)
     return made
