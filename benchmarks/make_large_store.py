@@ -690,14 +690,17 @@ def _nights(
 ) -> list[Night]:
     """`runs` nights, oldest first, the newest ending at the one-night file's moment and run id.
 
-    From one night to the next, with `drift` > 0: on a night the code under test changed (three
-    nights in four), `drift` of the outcomes change status (a pass regresses with that night's
-    own signature, a failure is fixed); on any night, a twentieth of that flips for that night
-    only (flaky); every tenth night a new release arrives as a new cell (a copy of the newest
-    transformers cell's outcomes). A night with `drift` 0 repeats the first."""
+    From one night to the next, with `drift` > 0, about `drift` of the outcomes change status: on
+    a night the code under test changed (three nights in four), half of that share of passes
+    regresses with that night's own signature, and the regressions of the code-change night
+    before the last are fixed (a team's failures live a few nights, their count stays about
+    steady); on any night, a twentieth of the share flips for that night only (flaky); every
+    tenth night a new release arrives as a new cell (a copy of the newest transformers cell's
+    outcomes). A night with `drift` 0 repeats the first."""
     rng = random.Random(seed * 1000 + 17)
     newest = datetime(2026, 11, 20, 9, 0, 0)
     state, flipped = dict(base), {}
+    regressed: list[dict[tuple[str, str], Decision]] = []  # per code-change night: what it broke, and what it was
     cells = list(cells)
     nights: list[Night] = []
     code = "code-0"
@@ -718,8 +721,13 @@ def _nights(
                 template = cell_id(max(cells[:-1], key=lambda c: vt(c["transformers"])))
                 state.update({(cell_id(newer), node): state[(template, node)] for node in nodes})
             if changed:
-                for key in rng.sample(keys, round(drift * len(keys))):
+                if len(regressed) >= 2:  # fixed two code changes later
+                    state.update(regressed.pop(0))
+                passing = [k for k in keys if state[k][0] == "pass"]
+                broken = {k: state[k] for k in rng.sample(passing, round(drift / 2 * len(keys)))}
+                for key in broken:
                     state[key] = _drifted(state[key], key[1], n)
+                regressed.append(broken)
             for key in rng.sample(keys, max(1, round(drift * len(keys) / 20))):
                 flipped[key] = state[key]
                 state[key] = _drifted(state[key], key[1], n)
