@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, grouping, logic, suite
+from harness.analysis import export
 from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
 from harness.commands.pin import machines_of, newest_machine_of, passing_by_machine, pin_from_store
 from harness.storage import queries
@@ -119,14 +120,14 @@ st.dataframe(
 
 left, middle, right = st.columns(3)
 left.download_button(
-    "Download requirements.txt", result.to_requirements(), file_name="requirements.txt", mime="text/plain", key="dl_requirements"
+    "Download requirements.txt", export.requirements_txt(result), file_name="requirements.txt", mime="text/plain", key="dl_requirements"
 )
 middle.download_button(
-    "Download constraints.txt", result.to_constraints(), file_name="constraints.txt", mime="text/plain", key="dl_constraints"
+    "Download constraints.txt", export.constraints_txt(result), file_name="constraints.txt", mime="text/plain", key="dl_constraints"
 )
 if right.button("Open the cell", key="pin_open_cell"):
     common.open_cell(result.cell_ids[0])
-st.code(result.install_command(), language="bash")
+st.code(export.install_command(result), language="bash")
 
 if result.excluded:
     st.subheader("Newer versions not used")

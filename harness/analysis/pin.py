@@ -16,7 +16,8 @@ scenario that fails in every candidate. The evidence names the machines it passe
 The known-good set (`known_good_sets`) is chosen per machine class, over the scenarios that
 pass somewhere on that class: a scenario that cannot run there (it needs a GPU, or two) is
 never counted against it. A selection of tests (`select_tests`: node ids, files, classes,
-folders) expands to the stored node ids it names.
+folders) expands to the stored node ids it names. Writing the chosen set out for people to
+install (requirements.txt, constraints.txt, pylock.toml, the pip and uv lines) is `analysis.export`'s.
 
 >>> rows = [
 ...     {"cell_id": f"acc{acc}", "scenario": "load", "status": status, "repeat": 0, "run_id": "r1", "gpu": "cpu",
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import re
-import shlex
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,29 +40,21 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.analysis.rows import CellFacts, axis_sort, by_cell, canonical, cell_facts, group_of, json_map, machine_class, machine_of
 from harness.analysis.status import FAILURES, Status
-from harness.analysis.versions import release, requirement, version_key
+from harness.analysis.versions import release, version_key
 from harness.errors import BadInput
 
 #: Which axis decides first when two passing sets differ: the libraries people upgrade for.
 DEFAULT_RANKING = ("transformers", "peft", "accelerate", "bitsandbytes", "torch")
-#: `platform` as hostinfo records it -> uv's `--python-platform`, for resolving the lock where it passed.
-UV_PLATFORMS = {
-    "linux-x86_64": "x86_64-unknown-linux-gnu",
-    "linux-aarch64": "aarch64-unknown-linux-gnu",
-    "linux-arm64": "aarch64-unknown-linux-gnu",
-    "darwin-arm64": "aarch64-apple-darwin",
-    "darwin-x86_64": "x86_64-apple-darwin",
-    "windows-amd64": "x86_64-pc-windows-msvc",
-}
 _FIX = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
 _UNTESTED = "not tested with the pinned versions of the other axes"
-_PYTHON_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+#: A Python version as a cell records it (a path setting names an interpreter on another host instead).
+PYTHON_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 #: `--machine any`: every machine class pooled (a pin must then pass on each machine it ran on).
 ANY_MACHINE = "any"
 #: More chosen scenarios than this (a selection of tests): the text names them by file or class.
@@ -161,48 +153,6 @@ class Constraints:
         if self.platform:
             parts.append(f"platform ~ {self.platform}")
         return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class Sources:
-    """Where the packages came from: the run's index settings, for commands people paste."""
-
-    index_url: str = ""
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    no_index: bool = False
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], find_links: Sequence[str] | None = None) -> Sources:
-        """From a run's stored settings; `find_links` already expanded (`$PIP_FIND_LINKS`) when given."""
-        links = find_links if find_links is not None else [str(f) for f in settings.get("find_links") or [] if "$" not in str(f)]
-        return cls(
-            str(settings.get("index_url") or ""),
-            tuple(str(u) for u in settings.get("extra_index_urls") or []),
-            tuple(links),
-            bool(settings.get("no_index")),
-        )
-
-    def pip_args(self) -> list[str]:
-        args = ["--no-index"] if self.no_index else []
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for folder in self.find_links:
-            args += ["--find-links", folder]
-        return args
-
-    def uv_args(self) -> list[str]:
-        """As `harness.running.envs` hands them to uv when it builds a cell."""
-        args = ["--no-index"] if self.no_index else []
-        if self.index_url:
-            args += ["--default-index", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--index", url]
-        for folder in self.find_links:
-            args += ["--find-links", folder]
-        return args
 
 
 # -- cells -----------------------------------------------------------------------------------
@@ -474,10 +424,6 @@ class PinResult:
     def platform(self) -> str:
         return self.platforms[0] if len(self.platforms) == 1 else ""
 
-    def _require_found(self) -> None:
-        if not self.found:
-            raise ValueError("no version set passes every chosen scenario: nothing to export")
-
     def header(self) -> str:
         when = self.last_seen[:10] if self.first_seen[:10] == self.last_seen[:10] else f"{self.first_seen[:10]}..{self.last_seen[:10]}"
         return (
@@ -485,48 +431,6 @@ class PinResult:
             f"# evidence: cell {', '.join(self.cell_ids)}; run {', '.join(self.runs)}; {when}; "
             f"on {'; '.join(self.machines) or '?'}\n"
         )
-
-    def to_requirements(self, sources: Sources | None = None) -> str:
-        """The axes, pinned exactly: `pip install -r requirements.txt -c constraints.txt`."""
-        self._require_found()
-        lines = [" ".join(shlex.quote(a) for a in pair) for pair in _pairs((sources or Sources()).pip_args())]
-        lines += [requirement(axis, value) for axis, value in self.versions]
-        return self.header() + "".join(f"{line}\n" for line in lines)
-
-    def to_constraints(self) -> str:
-        """Every package the passing env had, at its exact version (pip constraints take no URLs:
-        a source is named in a comment and pinned in requirements.txt)."""
-        self._require_found()
-        inherited = dict(self.inherited)
-        lines = []
-        for package, value in sorted({**inherited, **dict(self.freeze)}.items()):
-            line = requirement(package, value)
-            note = "  # from the base interpreter" if package in inherited and package not in dict(self.freeze) else ""
-            lines.append(f"# {line}  (a source: see requirements.txt)" if release(value) is None else line + note)
-        return self.header() + "".join(f"{line}\n" for line in lines)
-
-    def lock_input(self) -> str:
-        """The whole passing freeze as requirements, for `uv pip compile --format pylock.toml`."""
-        self._require_found()
-        merged = {**dict(self.inherited), **dict(self.freeze)}
-        return "".join(f"{requirement(p, v)}\n" for p, v in sorted(merged.items()))
-
-    def install_command(self, tool: Literal["pip", "uv"] = "pip", sources: Sources | None = None) -> str:
-        """One line to paste: `pip install torch==2.13.0+cpu transformers==5.23.0 …`."""
-        self._require_found()
-        words = ["uv", "pip", "install"] if tool == "uv" else ["pip", "install"]
-        words += (sources or Sources()).pip_args()
-        words += [requirement(axis, value) for axis, value in self.versions]
-        return " ".join(shlex.quote(w) for w in words)
-
-    def lock_command(self, uv: str, requirements: str, out: str, sources: Sources | None = None) -> list[str]:
-        """`uv pip compile` of the passing freeze into a PEP 751 lock, for the Python and platform it passed on."""
-        command = [uv, "pip", "compile", requirements, "--format", "pylock.toml", "-o", out, "--no-header", "--quiet"]
-        if _PYTHON_VERSION.match(self.python):
-            command += ["--python-version", self.python]
-        if self.platform in UV_PLATFORMS:
-            command += ["--python-platform", UV_PLATFORMS[self.platform]]
-        return command + (sources or Sources()).uv_args()
 
     def describe(self) -> list[str]:
         """The lines `harness pin` prints."""
@@ -601,17 +505,6 @@ class PinResult:
         }
 
 
-def _pairs(args: list[str]) -> list[list[str]]:
-    """`["--index-url", "u", "--no-index"]` -> `[["--index-url", "u"], ["--no-index"]]` (one option per line)."""
-    out: list[list[str]] = []
-    for arg in args:
-        if arg.startswith("--") or not out:
-            out.append([arg])
-        else:
-            out[-1].append(arg)
-    return out
-
-
 # -- choosing --------------------------------------------------------------------------------
 def full_ranking(ranking: Sequence[str], axes: Iterable[str]) -> tuple[str, ...]:
     """The user's ranking, then the axes it leaves out in reading order."""
@@ -660,7 +553,7 @@ def _choose(cells: list[_Cell], wanted: tuple[str, ...], constraints: Constraint
         gpus=tuple(sorted({str(r.get("gpu")) for r in rows_of if r.get("gpu")})),
         platforms=tuple(sorted({str(r.get("platform")) for r in rows_of if r.get("platform")})),
         # the cell's Python as a version (a path setting names an interpreter on another host)
-        python=str(latest.get("python") or "") if _PYTHON_VERSION.match(str(latest.get("python") or "")) else machine_of(latest).python,
+        python=str(latest.get("python") or "") if PYTHON_VERSION.match(str(latest.get("python") or "")) else machine_of(latest).python,
         machines=chosen.machines(),
         freeze=tuple(sorted(json_map(latest.get("installed")).items())),
         inherited=tuple(sorted(json_map(latest.get("inherited")).items())),

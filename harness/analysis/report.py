@@ -31,7 +31,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
-from harness.analysis.pin import KnownGoodSet, Sources
+from harness.analysis.export import Sources
+from harness.analysis.pin import KnownGoodSet
 from harness.analysis.redact import local_paths
 from harness.analysis.repro import indexes
 from harness.analysis.requirement import StatedRequirement

@@ -21,12 +21,13 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from rich.console import Console
 
+from harness.analysis import export
+from harness.analysis.export import Sources
 from harness.analysis.pin import (
     ANY_MACHINE,
     DEFAULT_RANKING,
     Constraints,
     PinResult,
-    Sources,
     admitted_cells,
     choose,
     find_machine,
@@ -261,16 +262,16 @@ def write_files(result: PinResult, sources: Sources, out: Path) -> PinFiles:
     """requirements.txt and constraints.txt, and pylock.toml when uv resolves the passing freeze."""
     made = PinFiles(sources)
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("requirements.txt", result.to_requirements(sources)), ("constraints.txt", result.to_constraints())):
+    for name, text in (("requirements.txt", export.requirements_txt(result, sources)), ("constraints.txt", export.constraints_txt(result))):
         (out / name).write_text(text)
         made.files[name] = str(out / name)
     with tempfile.TemporaryDirectory(prefix="harness-pin-") as tmp:
         freeze = Path(tmp, "requirements.txt")
-        freeze.write_text(result.lock_input())
+        freeze.write_text(export.lock_input(result))
         lock = out / "pylock.toml"
         try:
             proc = subprocess.run(
-                result.lock_command(uv_binary(), str(freeze), str(lock), sources),
+                export.lock_command(result, uv_binary(), str(freeze), str(lock), sources),
                 capture_output=True,
                 text=True,
                 timeout=600,
@@ -402,7 +403,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not result.found:
         print(json.dumps(result.to_dict()) if args.json else "\n".join(result.describe()))
         return EXIT_RUN_FAILED
-    commands = {"pip": result.install_command("pip", sources), "uv": result.install_command("uv", sources)}
+    commands = {"pip": export.install_command(result, "pip", sources), "uv": export.install_command(result, "uv", sources)}
     if args.json:
         written = files.files if files else {}
         print(json.dumps({**result.to_dict(), "install": commands, "files": written, "lock_note": files.lock_note if files else ""}))

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from harness import __version__
-from harness.analysis import heatmap
+from harness.analysis import export, heatmap
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
 from harness.analysis.grouping import answer_groups
@@ -188,8 +188,8 @@ def _known_good(known: KnownGoodSet) -> KnownGood | None:
         result.cell_ids[0],
         passes,
         dropped,
-        result.to_requirements(),
-        result.install_command(),
+        export.requirements_txt(result),
+        export.install_command(result),
         evidence,
     )
 

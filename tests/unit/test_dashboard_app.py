@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))  # dashboard/ is not part of the installed package
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import common, logic  # noqa: E402
+from harness.analysis import export  # noqa: E402
 from harness.analysis.attribution import attribute, seen_versions, to_rows  # noqa: E402
 from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
 from harness.analysis.pin import Constraints  # noqa: E402
@@ -551,8 +552,8 @@ def test_pin_button_chooses_every_scenario_that_passes_somewhere(app: AppTest) -
 def test_pin_files_hold_the_full_freeze(db: Path) -> None:
     with Store(db, read_only=True) as store:
         result = pin_from_store(store, ["load", "lora"], Constraints(gpu="cpu"))
-    assert "transformers==5.23.0\naccelerate==1.14.0" in result.to_requirements()
-    constraints = result.to_constraints()
+    assert "transformers==5.23.0\naccelerate==1.14.0" in export.requirements_txt(result)
+    constraints = export.constraints_txt(result)
     assert "numpy==2.3.4" in constraints and "torch==2.13.0+cpu" in constraints  # beyond the axes
     assert "on cpu · linux-x86_64 · Python 3.11" in result.header()  # the machine it passed on
 

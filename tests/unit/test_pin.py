@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import shlex
 from typing import Any
 
 import pytest
 
-from harness.analysis.pin import Constraints, PinResult, Sources, choose
+from harness.analysis import export, pin
+from harness.analysis.export import Sources
+from harness.analysis.pin import Constraints, PinResult, choose
 from harness.analysis.rows import installed as axis_versions
 from harness.errors import BadInput
 
@@ -183,7 +186,7 @@ def test_a_release_is_preferred_to_a_git_source_when_both_pass() -> None:
     rows = both("acc", accelerate="1.13.0") + both("pass", accelerate=ACC_MAIN)
     result = choose(rows, ["load", "lora"])
     assert picked(result, "accelerate") == {"accelerate": ACC_MAIN}
-    assert f"accelerate @ {ACC_MAIN}" in result.to_requirements()
+    assert f"accelerate @ {ACC_MAIN}" in export.requirements_txt(result)
 
 
 def test_inherited_torch_is_what_the_base_interpreter_had() -> None:
@@ -195,7 +198,7 @@ def test_inherited_torch_is_what_the_base_interpreter_had() -> None:
     assert axis_versions(rows[0])["torch"] == "2.8.0+cu129"
     result = choose(rows, ["load", "lora"], Constraints.parse(["torch=2.8.0"]))
     assert picked(result, "torch") == {"torch": "2.8.0+cu129"}
-    assert "torch==2.8.0+cu129  # from the base interpreter" in result.to_constraints()
+    assert "torch==2.8.0+cu129  # from the base interpreter" in export.constraints_txt(result)
 
 
 # -- evidence --------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_nothing_passes_names_the_scenario_that_blocks_every_candidate() -> None
     assert len(result.blocking[0].cells) == 3
     assert result.describe()[1] == "nothing passes: lora does not pass in any of the 3 candidate cell(s)"
     with pytest.raises(ValueError, match="nothing to export"):
-        result.to_requirements()
+        export.requirements_txt(result)
 
 
 def test_nothing_passes_without_a_single_blocker_gives_counts() -> None:
@@ -266,7 +269,7 @@ def test_nothing_passes_without_a_single_blocker_gives_counts() -> None:
 def test_requirements_constraints_and_commands() -> None:
     result = choose(both("pass"), ["load", "lora"])
     sources = Sources(index_url="https://download.pytorch.org/whl/cpu", find_links=("/opt/wheels",))
-    requirements = result.to_requirements(sources).splitlines()
+    requirements = export.requirements_txt(result, sources).splitlines()
     assert requirements[0].startswith("# harness pin: the newest set on which load, lora passed")
     assert requirements[2:] == [
         "--index-url https://download.pytorch.org/whl/cpu",
@@ -277,16 +280,16 @@ def test_requirements_constraints_and_commands() -> None:
         "peft==0.19.1",
         "bitsandbytes==0.49.2",
     ]
-    constraints = [line for line in result.to_constraints().splitlines() if not line.startswith("#")]
+    constraints = [line for line in export.constraints_txt(result).splitlines() if not line.startswith("#")]
     assert constraints == sorted(constraints)
     assert {"numpy==2.4.6", "safetensors==0.8.0", "torch==2.13.0+cpu"} <= set(constraints)
-    pip = result.install_command("pip", sources)
+    pip = export.install_command(result, "pip", sources)
     assert pip == (
         "pip install --index-url https://download.pytorch.org/whl/cpu --find-links /opt/wheels "
         "torch==2.13.0+cpu transformers==5.6.2 accelerate==1.13.0 peft==0.19.1 bitsandbytes==0.49.2"
     )
-    assert result.install_command("uv").startswith("uv pip install torch==2.13.0+cpu ")
-    lock = result.lock_command("uv", "in.txt", "out/pylock.toml", Sources(find_links=("/opt/wheels",)))
+    assert export.install_command(result, "uv").startswith("uv pip install torch==2.13.0+cpu ")
+    lock = export.lock_command(result, "uv", "in.txt", "out/pylock.toml", Sources(find_links=("/opt/wheels",)))
     assert lock[:9] == ["uv", "pip", "compile", "in.txt", "--format", "pylock.toml", "-o", "out/pylock.toml", "--no-header"]
     assert lock[lock.index("--python-version") + 1] == "3.11"
     assert lock[lock.index("--python-platform") + 1] == "x86_64-unknown-linux-gnu"
@@ -296,9 +299,9 @@ def test_requirements_constraints_and_commands() -> None:
 
 def test_a_git_source_is_quoted_and_kept_out_of_pip_constraints() -> None:
     result = choose(both("pass", accelerate=ACC_MAIN), ["load", "lora"])
-    assert shlex.split(result.install_command())[4] == f"accelerate @ {ACC_MAIN}"
-    assert f"# accelerate @ {ACC_MAIN}  (a source: see requirements.txt)" in result.to_constraints()
-    assert f"accelerate @ {ACC_MAIN}\n" in result.lock_input()
+    assert shlex.split(export.install_command(result))[4] == f"accelerate @ {ACC_MAIN}"
+    assert f"# accelerate @ {ACC_MAIN}  (a source: see requirements.txt)" in export.constraints_txt(result)
+    assert f"accelerate @ {ACC_MAIN}\n" in export.lock_input(result)
 
 
 #: (--fix values, the parsed (axis, specifier) pairs)
@@ -325,3 +328,8 @@ def test_fix_syntax(fixes: list[str], expected: tuple[tuple[str, str], ...]) -> 
 def test_bad_fix_is_bad_input(fix: str) -> None:
     with pytest.raises(BadInput, match="--fix"):
         Constraints.parse([fix])
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(pin).failed == 0
+    assert doctest.testmod(export).failed == 0
