@@ -31,7 +31,7 @@ from harness.analysis import heatmap
 from harness.errors import StoreLocked
 from harness.inputs import bundled
 from harness.running import live
-from harness.storage import journal, queries
+from harness.storage import attributed, journal, queries
 from harness.storage.store import Store
 
 P = ParamSpec("P")
@@ -183,7 +183,7 @@ def _cached(version: FileVersion, name: str, _read: Callable[..., Any], args: tu
 def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """`read(Store(db, read_only=True), *args, **kwargs)`, cached until the file changes.
 
-    `read` is a function object (`queries.facets`, `pinning.pin_from_store`), not a name: a
+    `read` is a function object (`pages.facets`, `pinning.pin_from_store`), not a name: a
     renamed read breaks at import and under mypy, not while a page is drawn.
     """
     name = f"{read.__module__}.{read.__qualname__}"
@@ -359,6 +359,6 @@ def answers_if_cheap(store: Store) -> list[dict[str, Any]]:
     """Every transition of the file (`failure_answers`), when stored and current or quick to compute; else none."""
     from harness.commands import answer
 
-    if queries.answers_current(store) or queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
+    if attributed.answers_current(store) or queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
         return answer.failure_answers(store).transitions
     return []

@@ -99,7 +99,7 @@ class Column:
 
 
 def columns(cells: Sequence[Mapping[str, Any]], gpus: Mapping[str, Sequence[str]] | None = None) -> list[Column]:
-    """The grid's columns from `queries.grid_cells` (or `cell_summaries`) rows: in axis order, oldest versions first,
+    """The grid's columns from `pages.grid_cells` (or `cell_summaries`) rows: in axis order, oldest versions first,
     labelled A, B, …; with `gpus` (cell -> GPUs) one column per cell and GPU."""
     axes_of: dict[str, dict[str, str]] = {}
     for cell in cells:
@@ -142,7 +142,7 @@ def build_grid(
     word: Callable[[Mapping[str, int]], str] = group_word,
     size: str = "tests",
 ) -> Grid:
-    """From `queries.test_group_tallies` rows (`word=group_word`, `size="tests"`) or `test_counts`
+    """From `suites.test_group_tallies` rows (`word=group_word`, `size="tests"`) or `test_counts`
     rows (`word=fold`, `size="outcomes"`): one row per name in name order, one column per cell."""
     key_of = {(c.cell_id, c.gpu): c.label for c in cols}
     by_gpu = any(c.gpu for c in cols)

@@ -141,7 +141,7 @@ class Heat:
 
 
 def heat_data(counts: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[str, Any]], *, by_gpu: bool = False) -> Heat:
-    """From `queries.matrix_counts` and `queries.cell_summaries` rows (same filters), folded as `build_matrix` folds
+    """From `pages.matrix_counts` and `pages.cell_summaries` rows (same filters), folded as `build_matrix` folds
     them, without the table: 2,202 cells × 14 scenarios in a tenth of its time."""
     axes_of: dict[str, tuple[tuple[str, str], ...]] = {}
     for cell in cells:
@@ -190,7 +190,7 @@ def answer_text(row: Mapping[str, Any]) -> str:
 
 def machine_text(row: Mapping[str, Any]) -> str:
     """A stored machine difference's answer, without the axes it held: `fails on 1x NVIDIA H200 and
-    passes on cpu with the same versions: …` (`queries.transition_answer_groups` rows; a file
+    passes on cpu with the same versions: …` (`attributed.transition_answer_groups` rows; a file
     written before `other_machine` was stored shows its whole stored description)."""
     if not row.get("other_machine"):
         return str(row.get("description") or "")
@@ -208,7 +208,7 @@ def machine_text(row: Mapping[str, Any]) -> str:
 
 def transition_columns(summary: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """signature -> {"introduced": …, "fixed": …, "machine": …, "flaky": "3 cell(s)"} from
-    `queries.transition_answer_groups` rows, in the words the CLI prints; the machine each holds on
+    `attributed.transition_answer_groups` rows, in the words the CLI prints; the machine each holds on
     is named when the file holds more than one."""
     machines = {str(r.get("machine") or "") for r in summary if r.get("kind") in ("introduced", "fixed")}
     out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -347,7 +347,7 @@ class Bisection:
 
 
 def bisections(rows: Sequence[Mapping[str, Any]]) -> list[Bisection]:
-    """Group `queries.bisection_probes_by_axis` rows by run, each run's probes in version order.
+    """Group `pages.bisection_probes_by_axis` rows by run, each run's probes in version order.
 
     Each probe is judged as `harness bisect` judged it (`analysis.bisect.repeat_verdict`: an
     install_failed, unresolvable, inconclusive, not_applicable, xfail or xpass probe is a skip,

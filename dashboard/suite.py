@@ -21,7 +21,7 @@ from dashboard import common, grouping, logic
 from harness.analysis import heatmap
 from harness.analysis.pin import ANY_MACHINE, marker_matches, select_tests
 from harness.analysis.rows import axis_sort, machine_class
-from harness.storage import queries
+from harness.storage import pages, queries, suites
 
 #: The most tests one table lists; past it, the page says how many matched and asks for a narrower search.
 LIMIT = 500
@@ -88,16 +88,16 @@ def _grid(
 ) -> Drawn:
     """The grid at `level` (file; a file's groups; the tests of a group, a file or all), built once
     per file version and choice: a rerun (a click, another tab) draws it without rebuilding it."""
-    cells = common.query(queries.grid_cells, chosen)
+    cells = common.query(pages.grid_cells, chosen)
     columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
     if level == "test":
         scope = {"group": group} if group else ({"file": file} if file else {})
-        found = common.query(queries.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
+        found = common.query(suites.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
         grid = grouping.build_grid(found["rows"], columns, within=group or file, word=logic.fold, size="outcomes")
         matched = int(found["tests"])
     else:
         within = {"file": file} if level == "group" else None
-        rows = common.query(queries.test_group_tallies, chosen, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+        rows = common.query(suites.test_group_tallies, chosen, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
         grid = grouping.build_grid(rows, columns, within=file if level == "group" else "")
         matched = int(grid.frame["tests"].sum())
     shown = grid.frame.copy()
@@ -253,7 +253,7 @@ def failure_table(failures: Sequence[Mapping[str, Any]], summary: Sequence[Mappi
 
 def where_it_fails(signature: str, chosen: Mapping[str, list[str]], search: str) -> None:
     """One signature's groups (tests and cells each); a selected group lists its tests."""
-    groups = common.query(queries.test_signature_groups, signature, dict(chosen), search)
+    groups = common.query(suites.test_signature_groups, signature, dict(chosen), search)
     if not groups:
         return
     tests = sum(int(g["tests"]) for g in groups)
@@ -272,7 +272,7 @@ def where_it_fails(signature: str, chosen: Mapping[str, list[str]], search: str)
     if not event.selection.rows:
         return
     group = str(frame.iloc[event.selection.rows[0]]["group"])
-    found = common.query(queries.test_signature_tests, signature, group, dict(chosen), search, LIMIT)
+    found = common.query(suites.test_signature_tests, signature, group, dict(chosen), search, LIMIT)
     st.markdown(f"Tests of **{group}** failing with it" + (f" (the first {LIMIT})" if len(found) >= LIMIT else "") + ":")
     listing = pd.DataFrame(found, columns=["test", "cells", "outcomes", "example_cell"])
     picked = st.dataframe(
@@ -310,7 +310,7 @@ def transition_groups(transitions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def cell_tests(cell_id: str, focus: str) -> None:
     """One cell of a suite: counts per file, its failure signatures, then its outcomes (failures first, at most LIMIT)."""
     search, failing = search_controls()
-    files = common.query(queries.test_group_tallies, {"cell_id": [cell_id]}, search, level="file", failing_only=failing)
+    files = common.query(suites.test_group_tallies, {"cell_id": [cell_id]}, search, level="file", failing_only=failing)
     table = pd.DataFrame(files)
     if table.empty:
         st.info(f"No test of this cell matches `{search}`." if search else "No test outcomes in this cell.")
@@ -320,7 +320,7 @@ def cell_tests(cell_id: str, focus: str) -> None:
     totals = "  ·  ".join(f"{s}: {int(table[s].sum()):,}" for s in statuses)
     st.markdown(f"**{int(table['tests'].sum()):,}** test(s) in **{len(table):,}** file(s) — {totals}")
 
-    failures = common.query(queries.test_failure_summaries, {"cell_id": [cell_id]}, search)
+    failures = common.query(suites.test_failure_summaries, {"cell_id": [cell_id]}, search)
     if failures:
         st.markdown("**Failure signatures in this cell**")
         st.dataframe(
@@ -351,7 +351,7 @@ def cell_tests(cell_id: str, focus: str) -> None:
     )
     within = {"file": str(table.iloc[event.selection.rows[0]]["name"])} if event.selection.rows else None
 
-    found = common.query(queries.test_outcomes, cell_id, search, within=within, failing_only=failing, limit=LIMIT)
+    found = common.query(suites.test_outcomes, cell_id, search, within=within, failing_only=failing, limit=LIMIT)
     rows = found["rows"]
     shown = f"the first {LIMIT} of " if found["tests"] > LIMIT else ""
     st.subheader("Outcomes")
@@ -412,7 +412,7 @@ def detail(cell_id: str, test: str) -> None:
 def compare(a: str, b: str) -> None:
     """Which tests differ between two cells: per class, then the tests (at most LIMIT)."""
     search, _ = search_controls(failing=False)
-    diff = common.query(queries.test_diff, a, b, search, limit=LIMIT)
+    diff = common.query(suites.test_diff, a, b, search, limit=LIMIT)
     st.caption(f"{diff['differ']:,} of {diff['tests']:,} test(s) differ, in {len(diff['groups']):,} class(es) or function(s).")
     if not diff["differ"]:
         return
@@ -443,7 +443,7 @@ def _test_listing(version: common.FileVersion, machine: str) -> pd.DataFrame:
     where it passed or failed on `machine` (a machine class, or ANY_MACHINE for all pooled)."""
     classes: dict[tuple[Any, ...], str] = {}
     per: dict[str, list[int]] = {}
-    for row in common.query(queries.test_pass_counts):
+    for row in common.query(suites.test_pass_counts):
         host = (row["gpu"], row["gpu_count"], row["platform"])
         here = classes.setdefault(host, machine_class(row))
         counts = per.setdefault(str(row["scenario"]), [0, 0])

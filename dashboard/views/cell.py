@@ -12,11 +12,11 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness.storage import queries
+from harness.storage import pages, queries, recorded, suites
 
 st.title("Cell")
 common.data_banner()
-cells = common.query(queries.grid_cells)
+cells = common.query(pages.grid_cells)
 ids = [str(c["cell_id"]) for c in cells]
 wanted = st.query_params.get("cell")
 if wanted in ids and st.session_state.get("cell_from_url") != wanted:
@@ -31,8 +31,8 @@ if st.query_params.get("cell") != cell_id:
     st.query_params["cell"] = cell_id
 focus = st.query_params.get("scenario", "")
 
-records = common.query(queries.cell_records, cell_id)
-tests = common.query(queries.holds_tests)
+records = common.query(recorded.cell_records, cell_id)
+tests = common.query(suites.holds_tests)
 outcomes = [] if tests else common.query(queries.cell_outcomes, cell_id)  # a suite's 20,000 are read by group, on demand
 axes: dict[str, Any] = next((c for c in cells if c["cell_id"] == cell_id), {})
 versions = {a: axes.get(a) or (axes.get("versions") or {}).get(a, "") for a in logic.axis_order((axes.get("versions") or {}).keys())}

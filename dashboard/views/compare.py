@@ -8,11 +8,11 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness.storage import queries
+from harness.storage import pages, queries, recorded, suites
 
 st.title("Compare")
 common.data_banner()
-cells = common.query(queries.grid_cells)
+cells = common.query(pages.grid_cells)
 ids = [str(c["cell_id"]) for c in cells]
 if len(ids) < 2:
     st.info("This file holds a single cell: nothing to compare it with.")
@@ -40,7 +40,7 @@ if left.button("Open A", key="open_a"):
 if right.button("Open B", key="open_b"):
     common.open_cell(b)
 
-records_a, records_b = common.query(queries.cell_records, a), common.query(queries.cell_records, b)
+records_a, records_b = common.query(recorded.cell_records, a), common.query(recorded.cell_records, b)
 freeze_a = (records_a[0].get("installed") if records_a else None) or {}
 freeze_b = (records_b[0].get("installed") if records_b else None) or {}
 by_id = {c["cell_id"]: c for c in cells}
@@ -62,7 +62,7 @@ st.dataframe(
 )
 
 st.subheader("Outcomes")
-if common.query(queries.holds_tests):
+if common.query(suites.holds_tests):
     suite.compare(a, b)
 else:
     diff = logic.outcome_diff(common.query(queries.cell_outcomes, a), common.query(queries.cell_outcomes, b))

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import common, logic, suite
 from harness.commands import answer
-from harness.storage import queries
+from harness.storage import pages, suites
 
 COLUMNS = [
     "signature",
@@ -29,13 +29,13 @@ COLUMNS = [
 
 st.title("Failures")
 common.data_banner()
-tests = common.query(queries.holds_tests)
+tests = common.query(suites.holds_tests)
 # a suite's pages search node ids instead of listing them: no scenario list to read
-facets = common.query(queries.facets_without_scenarios if tests else queries.facets)
+facets = common.query(pages.facets_without_scenarios if tests else pages.facets)
 chosen = common.filters(facets, scenario=not tests)
 search = suite.search_controls(failing=False)[0] if tests else ""
 
-failures = common.query(queries.test_failure_summaries, chosen, search) if tests else common.query(queries.failure_summaries, chosen)
+failures = common.query(suites.test_failure_summaries, chosen, search) if tests else common.query(pages.failure_summaries, chosen)
 # the answers the summary gives (stored by `harness attribute` while current, else computed now)
 answers = common.query(answer.failure_answers)
 summary = answers.summary
@@ -149,7 +149,7 @@ else:
         st.caption("No transition of this signature: it fails on every version tried, or never between neighbouring versions.")
 
 st.header("Bisections")
-found = logic.bisections(common.query(queries.bisection_probes_by_axis))
+found = logic.bisections(common.query(pages.bisection_probes_by_axis))
 if not found:
     st.caption("No bisection in this file (`harness bisect` stores its probes as a run of their own).")
 for bisection in found:

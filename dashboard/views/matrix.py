@@ -20,13 +20,13 @@ import streamlit as st
 
 from dashboard import common, logic, suite
 from harness.analysis import heatmap
-from harness.storage import queries
+from harness.storage import pages, suites
 
 st.title("Matrix")
 common.data_banner()
-tests = common.query(queries.holds_tests)
+tests = common.query(suites.holds_tests)
 # a suite's pages search node ids instead of listing them: no scenario list to read
-facets = common.query(queries.facets_without_scenarios if tests else queries.facets)
+facets = common.query(pages.facets_without_scenarios if tests else pages.facets)
 chosen = common.filters(facets, scenario=not tests)
 # with one GPU in the whole file, a row per cell and GPU is a row per cell
 by_gpu = len(facets["gpu"]) > 1 and st.sidebar.toggle(
@@ -39,8 +39,8 @@ if tests:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _heat(version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool) -> logic.Heat:
-    counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
-    return logic.heat_data(counts, common.query(queries.cell_summaries, chosen), by_gpu=by_gpu)
+    counts = common.query(pages.matrix_counts, chosen, by_gpu=by_gpu)
+    return logic.heat_data(counts, common.query(pages.cell_summaries, chosen), by_gpu=by_gpu)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -48,8 +48,8 @@ def _table(
     version: common.FileVersion, chosen: dict[str, list[str]], by_gpu: bool
 ) -> tuple[logic.Matrix, pd.DataFrame, list[str], list[str]]:
     """The old grid (built only when asked for): one-word lists, which a MultiselectColumn draws as coloured tags."""
-    counts = common.query(queries.matrix_counts, chosen, by_gpu=by_gpu)
-    matrix = logic.build_matrix(counts, common.query(queries.cell_summaries, chosen), by_gpu=by_gpu)
+    counts = common.query(pages.matrix_counts, chosen, by_gpu=by_gpu)
+    matrix = logic.build_matrix(counts, common.query(pages.cell_summaries, chosen), by_gpu=by_gpu)
     shown = matrix.frame.copy()
     for scenario in matrix.scenarios:
         shown[scenario] = shown[scenario].map(lambda w: [w] if w else [])

@@ -14,18 +14,18 @@ from dashboard import common, grouping, logic, suite
 from harness.analysis import export
 from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
 from harness.commands.pin import machines_of, newest_machine_of, passing_by_machine, pin_from_store
-from harness.storage import queries
+from harness.storage import pages, suites
 
 st.title("Pin")
 overview = common.data_banner()
-tests = common.query(queries.holds_tests)
-facets = common.query(queries.facets_without_scenarios if tests else queries.facets)
+tests = common.query(suites.holds_tests)
+facets = common.query(pages.facets_without_scenarios if tests else pages.facets)
 axes = logic.axis_order(a for a in facets if a not in ("scenario", "run_id", "platform", "gpu"))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _pass_rates(version: common.FileVersion) -> pd.DataFrame:
-    matrix = logic.build_matrix(common.query(queries.matrix_counts), common.query(queries.cell_summaries))
+    matrix = logic.build_matrix(common.query(pages.matrix_counts), common.query(pages.cell_summaries))
     rows = []
     for scenario in matrix.scenarios:
         words = matrix.frame[scenario]

@@ -114,7 +114,7 @@ class Answer:
     def summary_rows(self) -> list[dict[str, Any]]:
         """Per signature, one row per distinct answer (kind, axis, both ends, what lies between,
         machine, the machine a difference passes on) with how many lines of the matrix gave it:
-        `queries.transition_answer_groups`' shape,
+        `attributed.transition_answer_groups`' shape,
         computed fresh instead of read from what `harness attribute` stored."""
         groups: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in self.to_rows():

@@ -86,7 +86,7 @@ class Edge:
 
 
 def edges_of(transitions: Iterable[Mapping[str, Any]], group: Any = None) -> list[Edge]:
-    """Exact and range transitions (`queries.transitions` rows or `Transition.to_dict()`), one Edge each;
+    """Exact and range transitions (`attributed.transitions` rows or `Transition.to_dict()`), one Edge each;
     `group` maps a scenario to its row (a suite's test group)."""
     out = []
     for t in transitions:

@@ -69,9 +69,9 @@ def _index_of(runs: Mapping[str, Mapping[str, Any]]) -> tuple[PackageIndex, str]
 def refreshed(store: SqlResultsFile, found: Answer) -> Answer:
     """`found` with the releases the index lists now for every axis its rows ran several releases
     of, stored under run '' (a read-write DuckDB store) for every later reader."""
-    from harness.storage import queries  # DuckDB: only where a results file is read
+    from harness.storage import recorded  # DuckDB: only where a results file is read
 
-    index, python = _index_of(queries.runs(store))
+    index, python = _index_of(recorded.runs(store))
     fetched, _ = index_releases(index, release_axes(found.rows), python)
     if fetched:
         store.record_releases("", fetched)
@@ -82,8 +82,8 @@ def refreshed(store: SqlResultsFile, found: Answer) -> Answer:
 class FailureAnswers:
     """The Failures page's answers: the summary's, of the file's outcomes (all runs)."""
 
-    summary: list[dict[str, Any]]  # `queries.transition_answer_groups`' shape: one row per distinct answer, with `lines`
-    transitions: list[dict[str, Any]]  # `queries.transitions`' shape (`scope` ""), every signature
+    summary: list[dict[str, Any]]  # `attributed.transition_answer_groups`' shape: one row per distinct answer, with `lines`
+    transitions: list[dict[str, Any]]  # `attributed.transitions`' shape (`scope` ""), every signature
     stored: bool  # read from what `harness attribute` stored (current), rather than computed now
 
     def of(self, signature: str) -> list[dict[str, Any]]:
@@ -96,9 +96,9 @@ def failure_answers(store: SqlResultsFile) -> FailureAnswers:
     ones `harness attribute` stored when they are current (computed after the newest outcome;
     a merge drops them), since a 20,000-test suite takes tens of seconds to answer; else fresh,
     as the summary computes them. Either way, the same rows `attribute` would store now."""
-    from harness.storage import queries  # DuckDB: only where a results file is read
+    from harness.storage import attributed  # DuckDB: only where a results file is read
 
-    if queries.answers_current(store):
-        return FailureAnswers(queries.transition_answer_groups(store, ""), queries.transitions(store, ""), stored=True)
+    if attributed.answers_current(store):
+        return FailureAnswers(attributed.transition_answer_groups(store, ""), attributed.transitions(store, ""), stored=True)
     found = answer(store)
     return FailureAnswers(found.summary_rows(), found.to_rows(""), stored=False)

@@ -35,7 +35,7 @@ from harness.inputs.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.inputs.scenarios import Scenario, select
 from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
 from harness.running.testsuite import Suite
-from harness.storage import queries
+from harness.storage import queries, recorded
 from harness.storage.store import Store
 
 _PR = re.compile(r"\(#(\d+)\)")
@@ -236,7 +236,7 @@ def recorded_root(db: Path, nodeid: str) -> str:
     """The tests root a run of the results file recorded for its suite, preferring a run that
     stored `nodeid`; "" when no run recorded one (files written before runs recorded their suite)."""
     with Store(db, read_only=True) as store:
-        runs = queries.runs(store)
+        runs = recorded.runs(store)
         stored = {r["run_id"] for r in store.fetch("SELECT DISTINCT run_id FROM outcomes WHERE scenario = ?", [nodeid])}
     roots = [(run_id in stored, str(suite["root"])) for run_id, info in runs.items() if (suite := suite_of_run(info)).get("root")]
     return max(roots, key=lambda found: found[0])[1] if roots else ""

@@ -45,7 +45,7 @@ from harness.commands.answer import answer
 from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.inputs.candidates import expand_find_links
 from harness.running.envs import uv_binary
-from harness.storage import queries
+from harness.storage import clauses, queries, recorded
 from harness.storage.store import Store
 
 #: Stored names quoted in a message before the rest are counted (a suite stores thousands).
@@ -208,14 +208,14 @@ def with_machines(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -
 
 def machines_of(store: Store) -> list[str]:
     """The machine classes of the file's runs, `cpu` first (the dashboard's machine selector)."""
-    return machine_classes(run.get("host") or {} for run in queries.runs(store).values())
+    return machine_classes(run.get("host") or {} for run in recorded.runs(store).values())
 
 
 def passing_by_machine(store: Store) -> dict[str, list[str]]:
     """machine class -> the scenarios that pass somewhere on it (what its known-good set is chosen over);
     grouped in DuckDB, so a page over 100,000 outcomes moves one row per machine and scenario."""
     rows = store.fetch(
-        f"SELECT DISTINCT gpu, gpu_count, platform, {queries.identity_column(store)} AS scenario "
+        f"SELECT DISTINCT gpu, gpu_count, platform, {clauses.identity_column(store)} AS scenario "
         f"FROM outcomes_v WHERE status = '{Status.PASS}' ORDER BY scenario"
     )
     found: dict[str, list[str]] = {}
@@ -238,9 +238,9 @@ def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constrai
             pushed[axis] = [spec.removeprefix("==")]
     rows = queries.pin_rows(store, list(scenarios), pushed)
     if constraints.machine:
-        with_machines(rows, queries.runs(store))
+        with_machines(rows, recorded.runs(store))
     result = choose(rows, scenarios, constraints, ranking)
-    return with_full_freeze(result, queries.cell_records(store, result.cell_ids[0]) if result.found else [])
+    return with_full_freeze(result, recorded.cell_records(store, result.cell_ids[0]) if result.found else [])
 
 
 @dataclass
@@ -308,7 +308,7 @@ def pin_file(
     constraints = Constraints.parse(fixes, gpu, platform)
     with Store(db, read_only=True) as store:
         found = answer(store)
-        runs = queries.runs(store)
+        runs = recorded.runs(store)
         markers = queries.test_markers(store) if marker else {}
     rows = found.rows
     selection = (*tests, *((f"-m {marker!r}",) if marker else ()))  # as the user typed it, not the node ids it expands to

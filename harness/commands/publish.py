@@ -290,10 +290,10 @@ def read_site(store: Any, source: str = "") -> Site:
 def support_of(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     """The dashboard's Support page: (the support tables, what a row is). The answers to mark are those
     `harness attribute` stored, while current: attributing 100,000 outcomes again takes ~10 s."""
-    from harness.storage import queries  # DuckDB: only where a results file is read
+    from harness.storage import attributed  # DuckDB: only where a results file is read
 
     found = answer(store)
-    stored = [Transition.from_dict(r) for r in queries.transitions(store, "")] if queries.answers_current(store) else None
+    stored = [Transition.from_dict(r) for r in attributed.transitions(store, "")] if attributed.answers_current(store) else None
     suite = _is_suite(found.rows)
     return tuple(support_tables(found, group_of if suite else None, stored)), "test group" if suite else "scenario"
 

@@ -174,7 +174,7 @@ def refine_file(
     Settings (index, find-links, python, repeats) come from `matrix`; the probe cells from the
     stored cells of each range's line. Probes are stored under run `refine-<machine>`.
     """
-    from harness.storage import queries  # DuckDB: only where a results file is read
+    from harness.storage import recorded  # DuckDB: only where a results file is read
     from harness.storage.store import Store
 
     spec = load_matrix(matrix, lenient=True)
@@ -190,7 +190,7 @@ def refine_file(
         files = lookup_names()  # the project's scenarios/, then the built-in packs
         scenarios: dict[str, Scenario] = {n: load_scenario(files[n]) for n in names if n in files}
         scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
-        suite = _recorded_suite(queries.runs(store), spec, matrix, db, env_root) if any(map(is_test, names)) else None
+        suite = _recorded_suite(recorded.runs(store), spec, matrix, db, env_root) if any(map(is_test, names)) else None
         if suite is not None:
             scenarios[suite.name] = suite  # its tests' node ids run as one narrowed suite (`_probe_work`)
         machines = found.machines_of(prefix)
@@ -214,7 +214,7 @@ def refine_file(
             now = answer(store)
             return now.transitions, now.machines_of(prefix)
 
-        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(recorded.all_cell_records(store))}
         spec.settings.refine_limit = spec.settings.refine_limit if limit is None else limit
         plan = SweepPlan(
             SweepOptions(matrix, db, env_root=env_root), spec, resolved, index, list(scenarios.values()), [], run_id, matrix.read_text()
@@ -416,7 +416,7 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     A runner's file may not know which releases lie between two of its releases (its wheelhouse
     carried no list of that axis): those lists are asked of the index here, as `harness
     attribute` does, so that its ranges can be planned too."""
-    from harness.storage import queries  # DuckDB: only where a results file is read
+    from harness.storage import recorded  # DuckDB: only where a results file is read
     from harness.storage.store import Store
 
     if rounds < 1:
@@ -424,7 +424,7 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
     source = tomllib.loads(matrix.read_text())
     with Store(db, read_only=True) as store:
         found = answer(store)
-        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+        cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(recorded.all_cell_records(store))}
     found = _listed_here(found, matrix)
     labels = [label for label in found.machines_of() if machine.lower() in label.lower()]
     if not labels:

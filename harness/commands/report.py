@@ -52,7 +52,7 @@ from harness.commands.answer import answer
 from harness.errors import EXIT_OK, BadInput
 from harness.inputs import bundled
 from harness.inputs.scenarios import available, load_scenario, lookup_names
-from harness.storage import queries
+from harness.storage import queries, recorded
 from harness.storage.store import Store
 
 #: A test's suite carried into a repro: at most this many files (a conftest that imports half the repository is no repro).
@@ -197,7 +197,7 @@ def report(db: Path, signature: str = "", cell: str = "", *, test: str = "", rep
         raise BadInput("--repro writes the repro of one failure: pass --signature or --test with it, not --cell")
     name = str(db)
     with Store(db, read_only=True) as store:
-        runs = queries.runs(store)
+        runs = recorded.runs(store)
         read = _Read(db, answer(store), runs, store, machine_roots(runs, db))
         if signature or test:
             failing = [r for r in read.found.rows if r["status"] in FAILURES]
@@ -221,7 +221,7 @@ def _cell_report(read: _Read, cell: str) -> str:
     adjacent = {facts for facts in found.cells if facts.machine == where and distance(facts.installed, mine) == 1}  # once per cell
     neighbours = {r["cell_id"] for facts in adjacent for r in found.cells[facts] if r["cell_id"] != cell and r["scenario"] in named}
     rows = own + [r for r in found.rows if r["cell_id"] in neighbours and r["scenario"] in named]
-    records = queries.cell_records(read.store, cell)
+    records = recorded.cell_records(read.store, cell)
     # Every version any cell used is known (a gap on one line may be tested on another), and every release the index listed.
     transitions = found.narrowed(rows).to_rows()
     files, docs = _scenario_texts(scenarios)
@@ -276,7 +276,7 @@ def _spec(read: _Read, row: Mapping[str, Any], signature: str, carried: Carried,
     kind, run, files, setup = carried
     runinfo = read.runs.get(str(row.get("run_id")), {})
     pins = repro_pins(row, runinfo, kind == "test")
-    record = next(iter(queries.cell_records(read.store, str(row["cell_id"]))), {})
+    record = next(iter(recorded.cell_records(read.store, str(row["cell_id"]))), {})
     freeze = record.get("installed") or {}
     named = {p.split("==")[0].split(" @ ")[0].strip().lower() for p in pins}
     # Only releases: a package installed from a folder or a URL of this machine cannot be held elsewhere.
@@ -436,7 +436,7 @@ def report_all(db: Path, out: Path, *, repro: bool = False) -> Written:
     """One report per failure family (a family seen in many tests is one report listing them), with
     `--repro` its scripts beside it, and `index.md`: each failure, where to file it, its answers."""
     with Store(db, read_only=True) as store:
-        runs = queries.runs(store)
+        runs = recorded.runs(store)
         read = _Read(db, answer(store), runs, store, machine_roots(runs, db))
         failing = [r for r in read.found.rows if r["status"] in FAILURES]
         if not failing:

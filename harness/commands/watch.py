@@ -47,7 +47,7 @@ from harness.inputs.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.inputs.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.running import hostinfo, live
 from harness.running.sweep import Ledger, Reporter, Sweep, SweepOptions, SweepPlan, suite_for
-from harness.storage import queries
+from harness.storage import recorded
 from harness.storage.store import Store
 
 
@@ -163,7 +163,7 @@ def watch(
             )
         notes += [f"not run in the new cells (file not found): {s}" for s in ran if s not in scenarios and s not in tests]
         run_id = analysis.WATCH_RUN_PREFIX + _digest(prefix, [*scenarios.values(), *([suite] if suite else [])])
-        records = {str(r["cell_id"]): stored_cell(r) for r in reversed(queries.all_cell_records(store))}
+        records = {str(r["cell_id"]): stored_cell(r) for r in reversed(recorded.all_cell_records(store))}
         if good.cell_id not in records:
             raise BadInput(f"{str(options.db)!r} has outcomes of cell {good.cell_id} but no record of its env; merge the file it came from")
         base = records[good.cell_id]
@@ -205,10 +205,10 @@ def _suite_options(options: WatchOptions) -> SweepOptions:
     if options.tests or options.tests_root or load_matrix(options.matrix, lenient=True).tests:
         return chosen
     with Store(options.db, read_only=True) as store:
-        recorded = [found for run in queries.runs(store).values() if (found := suite_of_run(run))]
-    if not recorded:
+        suites = [found for run in recorded.runs(store).values() if (found := suite_of_run(run))]
+    if not suites:
         return chosen
-    last = recorded[-1]  # runs come oldest first
+    last = suites[-1]  # runs come oldest first
     chosen.tests, chosen.tests_root = [str(p) for p in last.get("paths") or []], str(last.get("root") or "")
     chosen.keyword, chosen.marker = str(last.get("k") or ""), str(last.get("m") or "")
     chosen.test_requirements = [*map(str, last.get("requirements") or []), *options.test_requirements]

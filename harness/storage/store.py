@@ -2,9 +2,10 @@
 
 Outcomes are keyed by (run, cell, scenario, repeat) and only ever inserted: a sweep killed at
 any moment leaves whole rows or none, and a rerun fills in exactly the missing keys. Users
-query the view `outcomes_v` (documented in docs/store.md). Reads live in `queries.py`, named by
-what they return; the schema, the writes and the merges live here and in the `store_*` modules
-beside this one. Between them they hold all of the harness's SQL.
+query the view `outcomes_v` (documented in docs/store.md). Reads live in `queries.py` and the
+modules beside it (`recorded`, `attributed`, `pages`, `suites`), named by what they return; the
+schema, the writes and the merges live here and in the `store_*` modules beside this one.
+Between them they hold all of the harness's SQL.
 
 `Store` is the one face of a DuckDB results file. Its parts: `store_schema` (the tables, the
 view and the named migrations), `store_rows` (records as rows, merges, transitions),
@@ -316,7 +317,7 @@ class Store:
         with self._lock:
             self._writer.status(**status)
 
-    # -- merging and answers (analysis.attribution computes them; queries.transitions reads them)
+    # -- merging and answers (analysis.attribution computes them; attributed.transitions reads them)
     def merge_records(self, records: Iterable[dict[str, Any]]) -> int:
         """Bring a JSON-lines shard (or a journal) in, in one transaction; returns the outcomes added.
 

@@ -185,7 +185,7 @@ def merge_database(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     return added
 
 
-# -- answers (analysis.attribution computes them; queries.transitions reads them) -------------
+# -- answers (analysis.attribution computes them; attributed.transitions reads them) -------------
 _TRANSITION_COLUMNS = (
     "scope",
     "scenario",

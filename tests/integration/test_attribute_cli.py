@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from harness.analysis.outcome import CellRecord, Outcome, Status
-from harness.storage import queries
+from harness.storage import attributed, queries
 from harness.storage.store import MIGRATIONS, Store
 from tests.conftest import run_cli
 
@@ -84,7 +84,7 @@ def db(tmp_path: Path) -> Path:
 
 def stored(db: Path) -> list[dict[str, object]]:
     with Store(db, read_only=True) as store:
-        return queries.transitions(store)
+        return attributed.transitions(store)
 
 
 def test_attribute_one_run_prints_and_stores_the_fix(db: Path) -> None:
@@ -255,8 +255,8 @@ def test_a_file_from_before_attribution_reads_as_no_transitions(tmp_path: Path) 
         con.execute("INSERT INTO schema_migrations VALUES (?, now())", [name])
     con.close()
     with Store(path, read_only=True) as store:
-        assert queries.transitions(store) == []
+        assert attributed.transitions(store) == []
     with Store(path) as store:  # opening it for writing adds the table
         assert "0003_transitions" in store.applied_migrations()
         assert store.replace_transitions([{"scenario": "s", "signature": "x", "axis": "peft", "kind": "fixed", "held": {}}]) == 1
-        assert [(r["scope"], r["kind"], r["held"]) for r in queries.transitions(store)] == [("", "fixed", {})]
+        assert [(r["scope"], r["kind"], r["held"]) for r in attributed.transitions(store)] == [("", "fixed", {})]

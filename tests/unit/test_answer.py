@@ -18,7 +18,7 @@ from harness.analysis.outcome import CellRecord, Outcome, Status
 from harness.analysis.refine import Probe, search
 from harness.analysis.versions import moment
 from harness.commands.answer import answer, failure_answers
-from harness.storage import queries
+from harness.storage import attributed
 from harness.storage.shardfile import ShardStore
 from harness.storage.store import Store
 
@@ -119,7 +119,7 @@ def test_the_failures_page_reads_stored_answers_only_while_they_are_current(tmp_
         # an outcome that started after the answers were stored: they no longer describe the file
         later = datetime.now(UTC).replace(tzinfo=None).isoformat()
         store.add_outcome(Outcome("r", "tf5.6.2-acc1.12.0", "load", 1, Status.ERROR, signature=SIG, started_at=later))
-        assert failure_answers(store).stored is False and queries.answers_current(store) is False
+        assert failure_answers(store).stored is False and attributed.answers_current(store) is False
 
 
 def test_a_merge_that_adds_outcomes_drops_the_stored_answers(tmp_path: Path) -> None:
@@ -131,12 +131,12 @@ def test_a_merge_that_adds_outcomes_drops_the_stored_answers(tmp_path: Path) -> 
     with Store(tmp_path / "r.duckdb") as store:
         _records(store)
         store.replace_transitions(answer(store).to_rows(), scope="")
-        assert queries.answers_current(store)
+        assert attributed.answers_current(store)
         assert store.merge_records(read_records(tmp_path / "shard.jsonl")) == 1  # only "other" is new
-        assert queries.transitions(store) == [] and not queries.answers_current(store)
+        assert attributed.transitions(store) == [] and not attributed.answers_current(store)
         store.replace_transitions(answer(store).to_rows(), scope="")
         assert store.merge_records(read_records(tmp_path / "shard.jsonl")) == 0  # nothing new: the answers stay
-        assert queries.answers_current(store)
+        assert attributed.answers_current(store)
 
 
 def test_no_face_attributes_by_itself() -> None:

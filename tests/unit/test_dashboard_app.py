@@ -39,7 +39,7 @@ from harness.analysis.attribution import attribute, seen_versions, to_rows  # no
 from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
 from harness.analysis.pin import Constraints  # noqa: E402
 from harness.commands.pin import pin_from_store  # noqa: E402
-from harness.storage import queries  # noqa: E402
+from harness.storage import attributed, pages, queries, suites  # noqa: E402
 from harness.storage.store import Store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
@@ -385,8 +385,8 @@ def test_matrix_heatmap_orders_cells_by_versions_and_marks_the_edges(app: AppTes
     # the busiest axis varies fastest: accelerate (load is fixed in 1.14.0 on two lines), so A and B are neighbours
     assert app.selectbox(key="m_last").value == "accelerate"
     with Store(db, read_only=True) as store:
-        heat = logic.heat_data(queries.matrix_counts(store, {}), queries.cell_summaries(store, {}))
-        transitions = queries.transitions(store, "")
+        heat = logic.heat_data(pages.matrix_counts(store, {}), pages.cell_summaries(store, {}))
+        transitions = attributed.transitions(store, "")
     spec = logic.heat_spec(heat, logic.stored_edges(transitions, {c.cell_id for c in heat.columns}), "accelerate")
     order = [c["cell"] for c in spec["datasets"]["columns"]]
     assert order == [cell_id("A"), cell_id("A", "1.13.1"), cell_id("B"), cell_id("C"), cell_id("D")]
@@ -562,16 +562,16 @@ def test_pin_files_hold_the_full_freeze(db: Path) -> None:
 def test_store_queries_are_read_only_and_filter_on_any_axis(db: Path) -> None:
     with Store(db, read_only=True) as store:
         assert queries.overview(store)["outcomes"] == 17  # the current state (see the module's docstring)
-        facets = queries.facets(store)
+        facets = pages.facets(store)
         assert facets["gpu"] == ["NVIDIA H200", "cpu"] and "1.13.1" in facets["accelerate"]
-        counts = queries.matrix_counts(store, {"accelerate": ["1.14.0"], "scenario": ["lora"]})
+        counts = pages.matrix_counts(store, {"accelerate": ["1.14.0"], "scenario": ["lora"]})
         assert {(r["cell_id"], r["pass"], r["fail"]) for r in counts} == {(cell_id("B"), 2, 0), (cell_id("D"), 1, 1)}
         # an axis outside the five columns is read from the cells' JSON
-        assert len(queries.matrix_counts(store, {"numpy": ["2.3.4"]})) == 4
-        runs = {r["run_id"]: r for r in queries.run_summaries(store)}
+        assert len(pages.matrix_counts(store, {"numpy": ["2.3.4"]})) == 4
+        runs = {r["run_id"]: r for r in pages.run_summaries(store)}
         # r-cpu's `load` of A and B are history now (a bisection's probe is never merged into another run's span)
         assert runs["bisect-load-accelerate"]["bisection"] and runs["r-cpu"]["outcomes"] == 8
-        found = queries.transitions(store, "", SIG_LOAD)  # per machine: the CPU's two lines, the H200's two
+        found = attributed.transitions(store, "", SIG_LOAD)  # per machine: the CPU's two lines, the H200's two
         assert [t["axis"] for t in found] == ["accelerate"] * 4
         assert sorted(t["machine"].split(" · ")[0] for t in found) == ["NVIDIA H200", "NVIDIA H200", "cpu", "cpu"]
         outcomes = queries.cell_outcomes(store, cell_id("A"))
@@ -669,11 +669,11 @@ def suite_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_suite_counts_tests_per_file_and_cell_by_their_worst_status(suite_db: Path) -> None:
     with Store(suite_db, read_only=True) as store:
-        rows = {(r["name"], r["cell_id"]): r for r in queries.test_group_counts(store)}
-        groups = {(r["name"], r["cell_id"]): r for r in queries.test_group_counts(store, level="group", within={"file": "tests/test_a.py"})}
-        searched = queries.test_group_counts(store, search="MERGE[")  # case-insensitive, `[` literal
-        literal = queries.test_group_counts(store, search="100%")  # `%` is no wildcard
-        failing = {r["name"] for r in queries.test_group_counts(store, failing_only=True)}
+        rows = {(r["name"], r["cell_id"]): r for r in suites.test_group_counts(store)}
+        groups = {(r["name"], r["cell_id"]): r for r in suites.test_group_counts(store, level="group", within={"file": "tests/test_a.py"})}
+        searched = suites.test_group_counts(store, search="MERGE[")  # case-insensitive, `[` literal
+        literal = suites.test_group_counts(store, search="100%")  # `%` is no wildcard
+        failing = {r["name"] for r in suites.test_group_counts(store, failing_only=True)}
     a = rows[("tests/test_a.py", cell_id("A"))]
     assert (a["tests"], a["pass"], a["error"]) == (5, 4, 1)  # test_flaky once, by its worst run
     c = rows[("tests/test_a.py", cell_id("C"))]
@@ -690,12 +690,12 @@ def test_suite_counts_tests_per_file_and_cell_by_their_worst_status(suite_db: Pa
 
 def test_suite_tests_failures_and_diff_are_capped_and_grouped(suite_db: Path) -> None:
     with Store(suite_db, read_only=True) as store:
-        listed = queries.test_counts(store, within={"group": "tests/test_a.py::TestLora"}, limit=2)
-        failures = queries.test_failure_summaries(store)
-        where = queries.test_signature_groups(store, SIG_SUITE)
-        tests = queries.test_signature_tests(store, SIG_SUITE, "tests/test_a.py::TestLora")
-        cell = queries.test_outcomes(store, cell_id("C"), limit=1)
-        diff = queries.test_diff(store, cell_id("A"), cell_id("C"))
+        listed = suites.test_counts(store, within={"group": "tests/test_a.py::TestLora"}, limit=2)
+        failures = suites.test_failure_summaries(store)
+        where = suites.test_signature_groups(store, SIG_SUITE)
+        tests = suites.test_signature_tests(store, SIG_SUITE, "tests/test_a.py::TestLora")
+        cell = suites.test_outcomes(store, cell_id("C"), limit=1)
+        diff = suites.test_diff(store, cell_id("A"), cell_id("C"))
     assert listed["tests"] == 3 and {r["scenario"] for r in listed["rows"]} == {
         "tests/test_a.py::TestLora::test_load",
         "tests/test_a.py::TestLora::test_merge[4bit]",
@@ -732,10 +732,10 @@ def test_the_faster_reads_of_a_suite_return_what_the_general_ones_do(suite_db: P
     """grid_cells and test_group_tallies decide run- and cell-level filters once per (run, cell):
     the same rows as cell_summaries and test_group_counts (less its signature) over outcomes_v."""
     with Store(suite_db if which == "suite" else db, read_only=True) as store:
-        without = queries.facets(store)
-        assert queries.facets_without_scenarios(store) == {k: v for k, v in without.items() if k != "scenario"}
+        without = pages.facets(store)
+        assert pages.facets_without_scenarios(store) == {k: v for k, v in without.items() if k != "scenario"}
         for filters in FILTERS:
-            assert queries.grid_cells(store, filters) == queries.cell_summaries(store, filters), filters
+            assert pages.grid_cells(store, filters) == pages.cell_summaries(store, filters), filters
             for search, failing, by_gpu, level, within in [
                 ("", False, False, "file", None),
                 ("merge", False, True, "file", None),
@@ -743,8 +743,8 @@ def test_the_faster_reads_of_a_suite_return_what_the_general_ones_do(suite_db: P
                 ("TEST_", True, True, "group", {"file": "tests/test_a.py"}),
                 ("100%", False, False, "group", {"group": "tests/test_b.py::TestQuant"}),
             ]:
-                old = queries.test_group_counts(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
-                new = queries.test_group_tallies(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+                old = suites.test_group_counts(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+                new = suites.test_group_tallies(store, filters, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
                 assert new == [{k: v for k, v in r.items() if k != "signature"} for r in old], (filters, search, failing, level)
 
 
@@ -851,7 +851,7 @@ def test_every_page_of_a_suite_renders_grouped(suite_db: Path, monkeypatch: pyte
 # -- the Pin page of a suite: every test listed, chosen as `harness pin --test/-m` chooses -------
 def test_the_pin_list_counts_each_test_per_machine(suite_db: Path) -> None:
     with Store(suite_db, read_only=True) as store:
-        rows = {r["scenario"]: (r["gpu"], r["passing"], r["tested"]) for r in queries.test_pass_counts(store)}
+        rows = {r["scenario"]: (r["gpu"], r["passing"], r["tested"]) for r in suites.test_pass_counts(store)}
     assert len(rows) == len(SUITE)
     assert rows["tests/test_a.py::TestLora::test_merge[4bit]"] == ("cpu", 1, 2)
     assert rows["tests/test_a.py::test_flaky"] == ("cpu", 1, 2)  # an error in cell A's second run

@@ -23,7 +23,7 @@ from dashboard import logic  # noqa: E402
 from harness.analysis.attribution import MachineDifference, Transition  # noqa: E402
 from harness.analysis.bisect import Verdict, bisect, repeat_verdict  # noqa: E402
 from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
-from harness.storage import queries  # noqa: E402
+from harness.storage import pages  # noqa: E402
 from harness.storage.store import Store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
@@ -37,7 +37,7 @@ PROBES = {"0.19.1": "pass", "0.20.0": "pass", "0.20.1": "install_failed", "0.21.
 
 
 def probe_rows(statuses: dict[str, str], axis: str = "accelerate", scenario: str = "load") -> list[dict[str, object]]:
-    """Rows shaped as `queries.bisection_probes_by_axis` returns them, one probe per version."""
+    """Rows shaped as `pages.bisection_probes_by_axis` returns them, one probe per version."""
     return [
         {"run_id": "b", "cell_id": f"c-{v}", "scenario": scenario, "status": s, "signature": "", "axis": axis, "value": v, "commit": ""}
         for v, s in statuses.items()
@@ -119,7 +119,7 @@ def bisected(tmp_path: Path) -> Path:
 
 def test_the_bisection_read_names_the_axis_from_the_stored_cells(bisected: Path) -> None:
     with Store(bisected, read_only=True) as store:
-        rows = queries.bisection_probes_by_axis(store)
+        rows = pages.bisection_probes_by_axis(store)
     # the run id of a node id is no `bisect-<scenario>-<axis>` a reader could cut apart: the cells say peft
     assert {(r["axis"], r["scenario"]) for r in rows} == {("peft", NODE)}
     assert [r["value"] for r in rows] == list(PROBES)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.outcome import CellRecord
-from harness.storage import queries
+from harness.storage import suites
 from harness.storage.store import Store
 
 SAME = "tests/test_m.py::test_x[config_kwargs#75b93f48]"
@@ -39,7 +39,7 @@ def _suite(path: Path) -> Path:
 
 def test_the_diff_compares_identities_and_shows_a_node_id(tmp_path: Path) -> None:
     with Store(_suite(tmp_path / "s.duckdb"), read_only=True) as store:
-        diff = queries.test_diff(store, "A", "B")
+        diff = suites.test_diff(store, "A", "B")
     # test_y; the renumbered dict case (one test, fails in B); B's new case (missing in A)
     assert (diff["tests"], diff["differ"]) == (3, 2)
     shown = sorted((r["scenario"], r["A"], r["B"]) for r in diff["rows"])
