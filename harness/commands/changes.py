@@ -97,18 +97,6 @@ def history_lines(store: Any) -> list[str]:
     return [f"Changes {report.headline()}", f"History: {report.depth.describe()} (`harness changes` for what changed)"]
 
 
-def print_history(db: Path, console: Console) -> None:
-    """`history_lines` of the file at `db`, fitted as the summary's lines are (`harness summary`, a sweep's closing lines)."""
-    if not db.is_file():
-        return
-    from harness.commands.summary import emit_plain, hang_plain
-    from harness.storage.opening import open_results
-
-    with open_results(db, read_only=True) as store:
-        found = history_lines(store)
-    emit_plain(console, [piece for line in found for piece in hang_plain(line, console.width)])
-
-
 # -- the command ---------------------------------------------------------------------------------
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(

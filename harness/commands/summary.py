@@ -642,6 +642,19 @@ def render_transitions(
         console.print(table)
 
 
+def print_history(db: Path, console: Console) -> None:
+    """The summary's first lines (`changes.history_lines`) of the file at `db`, fitted as its
+    other lines are: `harness summary` and a sweep's closing lines lead with them."""
+    if not db.is_file():
+        return
+    from harness.commands.changes import history_lines
+    from harness.storage.opening import open_results
+
+    with open_results(db, read_only=True) as store:
+        found = history_lines(store)
+    emit_plain(console, [piece for line in found for piece in hang_plain(line, console.width)])
+
+
 # -- the command ---------------------------------------------------------------------------------
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summary", help="print the outcome table of a results file")
@@ -654,7 +667,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from harness.commands.answer import answer
-    from harness.commands.changes import print_history
     from harness.storage.opening import open_results
 
     args.db = args.db_file or args.db

@@ -25,9 +25,8 @@ from harness.analysis.outcome import Outcome
 from harness.analysis.refine import OnRound
 from harness.commands import flags
 from harness.commands.answer import answer
-from harness.commands.changes import print_history
 from harness.commands.progress import ProgressReporter, print_rounds
-from harness.commands.summary import render_answer
+from harness.commands.summary import print_history, render_answer
 from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.running import kept, live
 from harness.running.gpus import MAX_CPU_JOBS, default_jobs
