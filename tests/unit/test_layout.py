@@ -3,6 +3,8 @@ the layers below it.
 
     cli.py -> commands/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
 
+No module of harness/ reaches itself through its imports (a circle), lazy imports included.
+
 The analysis package (statuses, versions, signatures, records, attribution, refinement and
 bisection searches, pins, reports) imports only what an allow list names (stdlib modules that
 do no I/O, packaging, itself, errors.py), so it can be tested with tables of cases. README's
@@ -175,3 +177,35 @@ def test_no_two_modules_of_a_folder_differ_only_by_a_suffix() -> None:
         stems = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
         pairs = [(a, b) for a in stems for b in stems if a != b and b.startswith(a) and b[len(a) :].isalpha()]
         assert not pairs, f"{folder.relative_to(REPO)}: {pairs}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of harness/ -> the modules of harness/ it imports anywhere (inside functions and
+    under TYPE_CHECKING too: a lazy import still ties two concepts together)."""
+    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p for p in (REPO / "harness").rglob("*.py")}
+    modules = {m: p for m, p in modules.items() if "templates" not in p.parts}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        named = _imports(path)
+        for node in ast.walk(ast.parse(path.read_text())):  # `from harness.storage import queries` names a module too
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                named |= {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {m for m in named if m in modules and m != name}
+    return graph
+
+
+def test_no_module_reaches_itself_through_its_imports() -> None:
+    # A circle makes two rooms one: neither can be read, tested or moved without the other.
+    graph = _import_graph()
+    circles = []
+    for start in sorted(graph):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                circles.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+    assert not circles, f"modules that import themselves through others: {circles}"
