@@ -371,12 +371,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--axis", required=True, help="the library to bisect, e.g. accelerate")
     p.add_argument("--good", default="", help="a release (or git ref with --git) where the scenario passes")
     p.add_argument("--bad", default="", help="a release (or git ref) where it fails; older than --good to find a fix")
-    p.add_argument(
-        "--matrix",
-        type=Path,
-        default=flags.DEFAULT_MATRIX,
-        help="matrix for settings and the other axes (default: matrix.toml)",
-    )
+    flags.add_matrix(p, "matrix for settings and the other axes (default: matrix.toml)")
     p.add_argument("--cell", default="", help="take the other axes from this cell of the matrix (default: its first cell)")
     p.add_argument("--pin", action="append", default=[], help="pin another axis, e.g. --pin transformers=5.6.2 (repeatable)")
     p.add_argument("--git", default="", help="bisect commits of this repository (a local clone or URL) between --good and --bad refs")

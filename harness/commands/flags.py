@@ -1,4 +1,4 @@
-"""The flags several commands share, worded once: `--db`, a pytest suite's flags, `--allow-empty`,
+"""The flags several commands share, worded once: `--matrix`, `--db`, a pytest suite's flags, `--allow-empty`,
 `--run-tag`, `--durations`, and what they become (a sweep's suite options, a results file to read).
 
 A command's own flags live beside it (`commands/X.py`'s `add_parser`); these are the ones whose
@@ -19,6 +19,10 @@ if TYPE_CHECKING:  # the sweep's machinery is imported where a command runs, not
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
+
+
+def add_matrix(p: argparse.ArgumentParser, help: str = "matrix file (default: matrix.toml)") -> None:
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help=help)
 
 
 def add_db(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,6 @@ The ids are what `harness sweep --cell`, `harness bisect --cell` and nox's sessi
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
@@ -16,7 +15,7 @@ from harness.errors import EXIT_OK
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="list the matrix's cells (one id per line)")
-    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    flags.add_matrix(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also print each cell's versions")
 
 

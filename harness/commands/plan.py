@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="print a scheduler's shards (a GitHub Actions matrix or a Slurm array script); each one's expected seconds on stderr",
     )
-    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    flags.add_matrix(p)
     p.add_argument("--shards", type=int, default=4, help="how many shards (default: 4)")
     p.add_argument("--format", choices=["github-actions", "slurm"], default="github-actions", help="output format")
     p.add_argument(

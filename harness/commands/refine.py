@@ -560,12 +560,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Settings (index, find-links, python) come from --matrix. See docs/attribution.md.",
     )
     flags.add_db(p)
-    p.add_argument(
-        "--matrix",
-        type=Path,
-        default=flags.DEFAULT_MATRIX,
-        help="matrix for the index settings and python (default: matrix.toml)",
-    )
+    flags.add_matrix(p, "matrix for the index settings and python (default: matrix.toml)")
     p.add_argument("--limit", type=int, default=None, help="build at most this many probe cells (default: the matrix's refine_limit)")
     p.add_argument("--lines", choices=["all", "first"], default=None, help="refine every line of a failure, or only its first")
     p.add_argument("--scenario", action="append", default=[], help="a scenario file the sweep ran from outside scenarios/ (repeatable)")

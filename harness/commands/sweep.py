@@ -114,7 +114,7 @@ def run_sweep(
 # -- the command ---------------------------------------------------------------------------------
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="build every cell's env, run every scenario, store and summarise the outcomes")
-    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    flags.add_matrix(p)
     flags.add_db(p)
     p.add_argument("--cell", action="append", default=[], help="run only this cell id (repeatable; see `harness list`)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name or path to a .py file (repeatable; overrides the matrix)")

@@ -297,12 +297,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "exact release, and reports: exit 0 nothing new broke, 1 a regression (scenario, signature, the exact release and "
         "the one before it, on this machine), 2 bad input. See docs/tool.md.",
     )
-    p.add_argument(
-        "--matrix",
-        type=Path,
-        default=flags.DEFAULT_MATRIX,
-        help="matrix for the axes and the index settings (default: matrix.toml)",
-    )
+    flags.add_matrix(p, "matrix for the axes and the index settings (default: matrix.toml)")
     flags.add_db(p)
     p.add_argument(
         "--exclude-newer",

@@ -389,7 +389,7 @@ def _slim(out: Path, keep: set[str], report: WheelhouseReport) -> None:
 # -- the command ---------------------------------------------------------------------------------
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("wheelhouse", help="download every wheel the matrix's cells need on an offline runner")
-    p.add_argument("--matrix", type=Path, default=flags.DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
+    flags.add_matrix(p)
     p.add_argument("--out", type=Path, default=Path(".wheelhouse"), help="folder for the wheels (default: .wheelhouse)")
     p.add_argument("--python-version", default="3.12", help="the runner's Python (default: 3.12)")
     p.add_argument(
