@@ -1,1 +1,1 @@
-"""The Streamlit dashboard: a thin layer over the query functions in `harness.storage.store` (see docs/dashboard.md)."""
+"""The Streamlit dashboard: a thin layer over the reads of `harness/storage/` (see docs/dashboard.md)."""

@@ -1,1 +1,1 @@
-"""One module per harness command (and answer, which every face reads through): I/O around the analysis."""
+"""One module per harness command, its parser beside its work, and what several share (answer, flags, progress)."""
