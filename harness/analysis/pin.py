@@ -221,9 +221,9 @@ class _Cell:
         rows = self.rows.get(scenario, [])
         if not rows:
             return self._absent(scenario)
-        flaky = next((str(r["flaky_across"]) for r in rows if r.get("flaky_across")), "")
-        if len(rows) == 1 and rows[0]["status"] == Status.PASS and not flaky:
+        if len(rows) == 1 and rows[0]["status"] == Status.PASS and "flaky_across" not in rows[0]:
             return _ONE_PASS  # most outcomes of a suite: asked 400,000 times over 20,000 tests x 20 cells
+        flaky = next((str(r["flaky_across"]) for r in rows if "flaky_across" in r), "")
         # Only a pass is evidence for a pin: inconclusive and not_applicable disqualify, as failures do.
         passed = sum(1 for r in rows if r["status"] == Status.PASS)
         if passed == len(rows) and flaky:  # it passes now, but failed in an earlier run with nothing changed
@@ -250,11 +250,12 @@ class _Cell:
         rows_of = self.rows.items()
         clean = {s for s, rows in rows_of if (rows[0]["status"] == ok if len(rows) == 1 else all(r["status"] == ok for r in rows))}
         # a test flaky across runs (`queries.mark_flaky`: a few rows in a file's history) is no clean pass
-        return clean - {s for s in clean if any(r.get("flaky_across") for r in self.rows[s])} if self._has_flaky else clean
+        return clean - self._flaky if self._flaky else clean
 
     @cached_property
-    def _has_flaky(self) -> bool:
-        return any(r.get("flaky_across") for r in self.all_rows)
+    def _flaky(self) -> set[str]:
+        """The scenarios here whose history flips with nothing changed (`queries.mark_flaky` marks their rows)."""
+        return {s for s, rows in self.rows.items() for r in rows if "flaky_across" in r}
 
     def passes(self, wanted: set[str]) -> set[str]:
         """The scenarios of `wanted` whose `result` is ok here, without a result object for each of

@@ -30,11 +30,11 @@ from harness.analysis.grouping import answer_groups
 from harness.analysis.pin import KnownGoodSet, describe_names
 from harness.analysis.requirement import StatedRequirement, requirements
 from harness.analysis.rows import CellFacts, group_of
-from harness.analysis.status import SEVERITY, Status, status_of
+from harness.analysis.status import SEVERITY, status_of
 from harness.analysis.support import SupportTable, support_tables
 from harness.commands import flags
 from harness.commands.answer import answer
-from harness.commands.summary import GRID_ROWS, _blamed, _context, _grouped, _never_changes, _short_signature, inferred_text
+from harness.commands.summary import GRID_ROWS, Tally, _context, _grouped, _short_signature, inferred_text, never_changes, tally
 from harness.errors import EXIT_OK, BadInput
 from harness.storage.opening import open_results
 
@@ -127,9 +127,9 @@ class Site:
         return sum(a.lines for a in self.answers if a.exact)
 
 
-def _answers(found: Answer) -> list[AnswerLine]:
+def _answers(found: Answer, counted: Tally) -> list[AnswerLine]:
     """The summary's Answers block (`summary.render_answers`), as data: the same grouping, order and words."""
-    blamed = _blamed(found.rows)
+    blamed = counted.blamed
     out = []
     for (_, signature), groups in answer_groups(found.transitions):
         names = _grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
@@ -154,18 +154,18 @@ def _answers(found: Answer) -> list[AnswerLine]:
     return out
 
 
-def _steady(found: Answer) -> list[tuple[str, str, str]]:
-    blamed = _blamed(found.rows)
+def _steady(found: Answer, counted: Tally) -> list[tuple[str, str, str]]:
+    blamed = counted.blamed
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for scenario, signature in _never_changes(found.rows, found.attribution):
+    for scenario, signature in never_changes(counted, found.attribution):
         steady[(group_of(scenario), signature)].append(scenario)
     return [(_grouped(names), _short_signature(sig), blamed.get(sig, "")) for (_, sig), names in sorted(steady.items())]
 
 
-def _notes(found: Answer) -> list[str]:
+def _notes(found: Answer, counted: Tally) -> list[str]:
     notes = [f"{m.scenario}: {m.headline()}" for m in found.machine_differences]
     notes += [f"{f.scenario}: {f.describe()}" for f in found.flaky]
-    inconclusive = sorted({str(r["scenario"]) for r in found.rows if r["status"] == Status.INCONCLUSIVE})
+    inconclusive = sorted(map(str, counted.inconclusive))
     if inconclusive:
         notes.append(f"inconclusive (never reached the state it checks) in some cell: {', '.join(inconclusive)}")
     return notes
@@ -245,6 +245,7 @@ def _file_of(test: str) -> str:
 def site_of(found: Answer, source: str) -> Site:
     """What the page shows for the answered rows of one results file (`source` names it)."""
     rows = found.rows
+    counted = tally(rows)  # one pass over the rows for every word below
     suite = _is_suite(rows)
     group = _file_of if suite else None
     names, columns, words = heatmap.from_rows(rows, group)
@@ -262,9 +263,9 @@ def site_of(found: Answer, source: str) -> Site:
         machines=tuple(found.machine_classes),
         first=min((r.first for r in runs if r.first), default=""),
         last=max((r.last for r in runs if r.last), default=""),
-        answers=tuple(_answers(found)),
-        steady=tuple(_steady(found)),
-        notes=tuple(_notes(found)),
+        answers=tuple(_answers(found, counted)),
+        steady=tuple(_steady(found, counted)),
+        notes=tuple(_notes(found, counted)),
         known_good=tuple(k for k in map(_known_good, found.known_good) if k is not None),
         tables=tuple(support_tables(found, group_of if suite else None)),
         runs=tuple(runs),

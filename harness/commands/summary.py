@@ -26,6 +26,9 @@ import json
 import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import compress, groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,7 @@ from harness.analysis.attribution import Attribution, Flaky, MachineDifference, 
 from harness.analysis.grouping import AnswerGroup, answer_groups
 from harness.analysis.pin import KnownGoodSet, known_good_sets
 from harness.analysis.rows import axis_sort, group_of, installed, machine_of, signature_of
-from harness.analysis.status import FAILURES, NO_EVIDENCE, SEVERITY, Status, fold_statuses, status_of
+from harness.analysis.status import FAILURES, SEVERITY, Status, fold_statuses, status_of
 from harness.analysis.versions import version_key
 from harness.commands import flags
 from harness.errors import EXIT_OK
@@ -89,6 +92,8 @@ NAME_WIDTH, MIN_NAME = 40, 16
 
 
 _CELL_ID, _SCENARIO, _STATUS = itemgetter("cell_id"), itemgetter("scenario"), itemgetter("status")
+#: The statuses `tally` reads a row for: failures and inconclusive outcomes, a few of a suite's rows.
+_SAYS_LITTLE = frozenset({*FAILURES, Status.INCONCLUSIVE})
 
 
 # -- fitting the width -------------------------------------------------------------------------
@@ -277,8 +282,9 @@ def render(
     with their answers: `attribution` and `known_good` as `answering.answer` computed them (see `render_answer`)."""
     # The passes over every row below are C loops (`map` of an itemgetter) where they can be:
     # a suite's summary reads 400,000 rows a dozen times.
-    refine = [r for r in rows if r.get("origin") == "refine"]
-    grid_rows = ([r for r in rows if r.get("origin", "matrix") != "refine"] if refine else None) or rows
+    probed = {cell for cell, group in groupby(rows, _CELL_ID) if next(group).get("origin") == "refine"}  # a cell's column: one row each
+    refine = [r for r in rows if r["cell_id"] in probed] if probed else []
+    grid_rows = ([r for r in rows if r["cell_id"] not in probed] if refine else None) or rows
     probes = len(set(map(_CELL_ID, refine)))
     if machines is None:
         machines = sorted({m.label() for m in {machine_of(r) for r in rows}} - {""})  # labels once per machine
@@ -295,10 +301,11 @@ def render(
         if attribution is not None:
             render_transitions(attribution.transitions, console, attribution.flaky, attribution.machines)
         return
+    counted = tally(rows)
     if attribution is not None:
-        render_answers(rows, attribution, console)
+        render_answers(rows, attribution, console, counted)
     render_known_good(rows, console, known_good)
-    render_grid(grid_rows, console)
+    render_grid(grid_rows, console, counted if grid_rows is rows else None)
 
 
 def render_answer(found: Answer, console: Console, title: str = "", *, wide: bool = False) -> None:
@@ -308,8 +315,45 @@ def render_answer(found: Answer, console: Console, title: str = "", *, wide: boo
 
 
 # -- answers -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tally:
+    """What the summary's and the published page's words need from the rows, read in one pass
+    (`tally`): at 50,000 tests x 20 cells each pass over the rows costs 0.2-0.5 s, and the words
+    made six of them. Passes and not-applicable outcomes, most of the rows, are counted per cell
+    and scenario from `cell_statuses`' words, which the grid reads anyway."""
+
+    blamed: dict[str, str]  # failure signature -> the library it blames
+    failing: dict[str, set[str]]  # scenario -> its failures' signatures
+    inconclusive: set[str]  # scenarios inconclusive in some cell
+    words: dict[str, dict[str, str]]  # cell -> scenario -> its repeats in one word (`cell_statuses`)
+
+    @cached_property
+    def clean(self) -> set[str]:
+        """Scenarios with evidence that is no failure: a pass somewhere (a cell's word `pass`, or a mixture with passes)."""
+        return {s for cell in self.words.values() for s, word in cell.items() if word == Status.PASS or word.endswith("mixed")}
+
+    @cached_property
+    def applicable(self) -> set[str]:
+        """Scenarios with an outcome that is not `not_applicable` somewhere (a cell's word is only that when all were)."""
+        return {s for cell in self.words.values() for s, word in cell.items() if word not in (Status.NOT_APPLICABLE, "")}
+
+
+def tally(rows: Iterable[Mapping[str, Any]]) -> Tally:
+    rows = list(rows)
+    found = Tally({}, defaultdict(set), set(), cell_statuses(rows))
+    for row in compress(rows, map(_SAYS_LITTLE.__contains__, map(_STATUS, rows))):  # failures and inconclusives only
+        status, scenario = row["status"], row["scenario"]
+        if status == Status.INCONCLUSIVE:
+            found.inconclusive.add(scenario)
+            continue
+        signature = signature_of(row)
+        found.failing[scenario].add(signature)
+        found.blamed[signature] = str(row.get("blamed_library") or "")
+    return found
+
+
 def _blamed(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    return {signature_of(r): str(r.get("blamed_library") or "") for r in rows if r["status"] in FAILURES}
+    return tally(rows).blamed
 
 
 def _short_signature(signature: str, limit: int = 120) -> str:
@@ -330,9 +374,10 @@ def _context(held: Sequence[tuple[tuple[str, str], ...]]) -> str:
     return ", ".join(f"{axis} {'|'.join(sorted(values[axis], key=version_key))}" for axis in axis_sort(values))
 
 
-def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console) -> None:
+def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, console: Console, counted: Tally | None = None) -> None:
     """Per failure: what changed it, in the attribution's words; then what no tested version changes."""
-    blamed = _blamed(rows)
+    counted = counted or tally(rows)
+    blamed = counted.blamed
     out: list[str] = []  # printed at once: a suite's answers are thousands of lines
     # Tests of one file (or class) with one signature and the same answers are one answer:
     # a suite of thousands of tests prints a line per failure family, never one per test.
@@ -352,7 +397,7 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
             if g.inferred:
                 out.append(f"      {escape(inferred_text(g))}: {escape(_context([m.held for m in g.inferred]))}")
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for scenario, signature in _never_changes(rows, attribution):
+    for scenario, signature in never_changes(counted, attribution):
         steady[(group_of(scenario), signature)].append(scenario)
     if steady:
         out.append("  [bold]no tested version changes[/] (fails in every cell where it runs):")
@@ -363,7 +408,7 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
         out.append(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}")
     for f in attribution.flaky:
         out.append(f"  [yellow]{escape(f.scenario)}[/]: {escape(f.describe())}")
-    inconclusive = sorted({r["scenario"] for r in rows if r["status"] == Status.INCONCLUSIVE})
+    inconclusive = sorted(counted.inconclusive)
     if inconclusive:
         out.append(f"  inconclusive (never reached the state it checks) in some cell: {escape(', '.join(inconclusive))}")
     _say_all(console, out)
@@ -374,20 +419,12 @@ def inferred_text(group: AnswerGroup) -> str:
     return f"inferred on {group.inferred_lines} more line(s), not built there (their ends agree with it)"
 
 
-def _never_changes(rows: Sequence[Mapping[str, Any]], attribution: Attribution) -> list[tuple[str, str]]:
+def never_changes(counted: Tally, attribution: Attribution) -> list[tuple[str, str]]:
     """(scenario, signature) failing in every cell where the scenario gave evidence, and never changed."""
     moved = {(t.scenario, t.signature) for t in attribution.transitions}
-    failing: dict[str, set[str]] = defaultdict(set)  # scenario -> its failures' signatures
-    clean: set[str] = set()  # scenarios with evidence that is no failure (a pass)
-    for row in rows:  # one pass, and a signature only for a failure: 400,000 rows, 2 % of them failing
-        status = row["status"]
-        if status in FAILURES:
-            failing[row["scenario"]].add(signature_of(row))
-        elif status not in NO_EVIDENCE:
-            clean.add(row["scenario"])
     found = []
-    for scenario, signatures in sorted(failing.items()):
-        if len(signatures) == 1 and scenario not in clean:
+    for scenario, signatures in sorted(counted.failing.items()):
+        if len(signatures) == 1 and scenario not in counted.clean:
             signature = next(iter(signatures))
             if (scenario, signature) not in moved:
                 found.append((scenario, signature))
@@ -442,9 +479,9 @@ def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
 def _labels(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str], str]:
     """(cell id -> short label, label -> the versions that vary, the versions every cell shares)."""
     versions: dict[str, dict[str, str]] = {}
-    for row in rows:  # once per cell, not per outcome
-        if str(row["cell_id"]) not in versions:
-            versions[str(row["cell_id"])] = installed(row)
+    for cell, group in groupby(rows, _CELL_ID):  # each cell's first row, the rest skipped in C: rows come by cell
+        if str(cell) not in versions:
+            versions[str(cell)] = installed(next(group))
     axes = axis_sort({a for v in versions.values() for a in v})
     varying = [a for a in axes if len({v.get(a) for v in versions.values()}) > 1]
     shared = ", ".join(f"{a} {next(iter({v.get(a) for v in versions.values()}))}" for a in axes if a not in varying)
@@ -455,13 +492,14 @@ def _labels(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str
     return label, legend, shared
 
 
-def render_grid(rows: Sequence[Mapping[str, Any]], console: Console) -> None:
+def render_grid(rows: Sequence[Mapping[str, Any]], console: Console, counted: Tally | None = None) -> None:
     """Scenarios × cells in one or two characters each, with a legend; scenarios that never ran here on one line."""
-    words = cell_statuses(rows)
+    counted = counted or tally(rows)
+    words = counted.words
     label, legend, shared = _labels(rows)
     scenarios = sorted(set(map(_SCENARIO, rows)))
     # a cell's word is not_applicable only when every outcome there was (`status.fold`)
-    applicable = {r["scenario"] for r in rows if r["status"] not in (Status.NOT_APPLICABLE, "")}
+    applicable = counted.applicable
     ran = [s for s in scenarios if s in applicable]
     ran_here = set(ran)  # sets, not lists: 20,000 tests made these checks quadratic
     idle = [s for s in scenarios if s not in ran_here]

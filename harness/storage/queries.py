@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,7 +105,7 @@ _RUN_STATE = """
 
 
 def _rows_from(
-    tuples: Sequence[tuple[Any, ...]], own: Sequence[str], templates: Mapping[tuple[Any, Any], dict[str, Any]]
+    tuples: Iterable[tuple[Any, ...]], own: Sequence[str], templates: Mapping[tuple[Any, Any], dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Each outcome as a dict: a copy of its cell's template (the cell's columns, shared) filled
     with its own columns, as `as_tests` reads them. Copying a template costs less than building a dict and

@@ -12,7 +12,7 @@ This module imports neither DuckDB nor the kinds at import time: a runner's swee
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -73,8 +73,8 @@ class SqlResultsFile(ResultsFile, Protocol):
         """Rows as dicts."""
         ...
 
-    def fetch_tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows as tuples, in the query's column order."""
+    def fetch_tuples(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """Rows as tuples, in the query's column order, to be read once."""
         ...
 
     def has_table(self, name: str) -> bool: ...
