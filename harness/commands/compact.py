@@ -39,8 +39,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with Store(args.db, read_only=True) as reader:
         before = set(reader.applied_migrations())
     with Store(args.db) as store:  # a writer applies the missing migrations (the split among them) before anything else
-        with store.writing(rebuild=True):  # and the file is written afresh, without the space deleted rows left
-            pass
+        store.compact()  # and the file is written afresh, without the space deleted rows left
         applied = [m for m in store.applied_migrations() if m not in before]
         current, kept = queries.row_count(store, "outcomes"), queries.row_count(store, "history")
     done = f"applied {', '.join(applied)}" if applied else "already up to date"

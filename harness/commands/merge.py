@@ -30,5 +30,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         for source in args.sources:
             added = store.merge_records(read_records(source)) if source.suffix == ".jsonl" else store.merge_database(source)
             console.print(f"{source}: {added} outcome(s) added")
-        console.print(f"{args.db}: {queries.row_count(store)} outcome(s), {queries.duplicate_key_count(store)} duplicate key(s)")
+        # the settle of what came in deletes what it merged into spans: give the space back once it is most of the file
+        compacted = " (written afresh: a third of its space or more was free)" if store.compact(when_sparse=True) else ""
+        current, kept, twice = queries.row_count(store), queries.row_count(store, "history"), queries.duplicate_key_count(store)
+        console.print(f"{args.db}: {current} current outcome(s), {kept} history row(s), {twice} duplicate key(s){compacted}")
     return EXIT_OK

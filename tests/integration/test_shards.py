@@ -60,7 +60,7 @@ def test_shards_merge_without_duplicates_or_loss(tmp_path: Path, env_root: Path)
     db2 = tmp_path / "again.duckdb"
     proc = run_cli("merge", "--db", str(db2), str(db), str(db))
     assert proc.returncode == 0, proc.stderr
-    assert "4 outcome(s), 0 duplicate key(s)" in proc.stdout
+    assert "4 current outcome(s), 0 history row(s), 0 duplicate key(s)" in proc.stdout
 
 
 def test_merge_of_a_missing_file_is_bad_input(tmp_path: Path) -> None:
