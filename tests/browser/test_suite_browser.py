@@ -51,7 +51,7 @@ def build_suite(path: Path) -> Path:
                 bad = failing(node, transformers)
                 row = {c: "" for c in OUTCOME_COLUMNS}
                 row.update(run_id="suite", cell_id=cell, scenario=node, repeat=0, status="error" if bad else "pass", seconds=0.1)
-                row.update(metrics="{}", started_at=pd.Timestamp("2026-11-20T10:00:00"))
+                row.update(metrics="{}", started_at=pd.Timestamp("2026-11-20T10:00:00"), first_run=None, seconds_before=None)
                 if bad:
                     row.update(message="KeyError: 3", signature=SIG, blamed_library="transformers", exception_type="KeyError")
                 rows.append(row)

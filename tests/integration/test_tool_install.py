@@ -245,14 +245,18 @@ def test_the_workflow_init_wrote_runs_job_by_job(tool: Tool, project: Path) -> N
     watch_step["run"] = watch_step["run"].replace("harness watch ", f"harness watch --exclude-newer {SETUP_NIGHT} ")
     steps = runner.job("watch", checkout, common)
     names = [step.get("name") for step, _ in steps]
-    assert names == ["Install the harness", "Merge the shards", "Summary", "Watch for new releases"]
+    assert names == ["Install the harness", "Merge the shards", "Summary", "What changed since the last night", "Watch for new releases"]
     assert all(proc.returncode == 0 for _, proc in steps), [(p.stdout[-2000:], p.stderr[-2000:]) for _, p in steps]
     assert "2 outcome(s) added" in steps[1][1].stdout  # the second shard's copy holds the same outcomes: no duplicates
     assert "Known-good set" in (checkout / "summary.txt").read_text()
     report = json.loads((checkout / "watch.json").read_text())
     assert report["exit_status"] == 0 and report["new"] == {}
     assert report["held"] == {"torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2"}
-    assert (checkout / ".github-step-summary").read_text() == (checkout / "watch.md").read_text()
+    # the job summary: what changed since the last night (the shards' run, its own by --run-tag, against the
+    # project's run the shards resumed from: the same outcomes), then the watch's report
+    changes = (checkout / "changes.md").read_text()
+    assert changes.startswith("### Changes since r-") and "+0 failing, −0 fixed, 0 flaky" in changes and "Nothing changed." in changes
+    assert (checkout / ".github-step-summary").read_text() == changes + (checkout / "watch.md").read_text()
     assert (checkout / "watch.md").read_text().startswith("## ✅ harness watch: nothing new")
     # what the upload step names is all there
     upload = next(s for s in workflow["jobs"]["watch"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
