@@ -81,15 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         for path in args.files:
             old, new = answers(Path(tmp), path.resolve()), answers(ROOT, path.resolve())
-            counts = ", ".join(f"{len(v)} {k}" for k, v in new["answers"].items())
-            verdict = "same" if old["answers"] == new["answers"] else "DIFFERENT"
-            print(f"{path}: {new['outcomes']} outcomes, {counts}: {verdict} (before {old['seconds']:.1f} s, after {new['seconds']:.1f} s)")
-            if verdict != "same":
-                for key in new["answers"]:
-                    if old["answers"][key] != new["answers"][key]:
-                        print(f"  {key} differ")
+            if not _compared(path, new, old, f"(before {old['seconds']:.1f} s, after {new['seconds']:.1f} s)", outcomes=False):
                 return 1
     return 0
+
+
+def _compared(path: Path, got: dict, want: dict, tail: str, *, outcomes: bool) -> bool:
+    """Print one file's verdict (and which answers differ); whether they are the same."""
+    counts = ", ".join(f"{len(v)} {k}" for k, v in got["answers"].items())
+    same = got["answers"] == want["answers"] and (not outcomes or got["outcomes"] == want["outcomes"])
+    print(f"{path}: {got['outcomes']} outcomes, {counts}: {'same' if same else 'DIFFERENT'} {tail}")
+    for key in [] if same else got["answers"]:
+        if got["answers"][key] != want["answers"][key]:
+            print(f"  {key} differ")
+    return same
 
 
 def _against(base: Path, files: list[Path]) -> int:
@@ -97,14 +102,7 @@ def _against(base: Path, files: list[Path]) -> int:
     against the file holding only the newest of them (issue #37: the same answers whatever the history)."""
     want = answers(ROOT, base.resolve())
     for path in files:
-        got = answers(ROOT, path.resolve())
-        counts = ", ".join(f"{len(v)} {k}" for k, v in got["answers"].items())
-        verdict = "same" if got["answers"] == want["answers"] and got["outcomes"] == want["outcomes"] else "DIFFERENT"
-        print(f"{path}: {got['outcomes']} outcomes, {counts}: {verdict} as {base} ({want['outcomes']} outcomes)")
-        if verdict != "same":
-            for key in got["answers"]:
-                if got["answers"][key] != want["answers"][key]:
-                    print(f"  {key} differ")
+        if not _compared(path, answers(ROOT, path.resolve()), want, f"as {base} ({want['outcomes']} outcomes)", outcomes=True):
             return 1
     return 0
 
