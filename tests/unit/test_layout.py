@@ -150,10 +150,15 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
         "from harness.running.sweep import SweepOptions\n"
         "from harness.commands.sweep import refine_step\n"
         "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
+        # a sweep's closing lines lead with the history's: none for a shard, and no DuckDB for it
+        "from harness.commands.changes import history_lines\n"
+        "from harness.storage.shardfile import ShardStore\n"
+        "print('history', history_lines(ShardStore.__new__(ShardStore)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "refinement: off (--shard: refine the merged file)" in out.stdout
+    assert "history []" in out.stdout
 
 
 def test_harness_has_only_its_layers_and_the_cli_at_the_top() -> None:
