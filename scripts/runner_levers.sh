@@ -19,6 +19,10 @@
 #             default since #30 item 3; the modes above keep it off: HARNESS_BYTECODE=0)
 #   keep      pyc, each sweep keeping its cells' fork servers for the next (--keep-servers 900,
 #             running/kept.py): a re-sweep attaches to them instead of starting servers
+#   pre       pyc, each preload compiling ahead what it will import, on the job's idle cores
+#             (child._precompile, the default since #38 item 2; pyc and keep keep it off:
+#             HARNESS_PRECOMPILE=0)
+# LEVERS_MATRIX=FILE sweeps that matrix instead of the four cells below (its own find_links).
 # `peer` then runs each scenario as a fresh `python scenario.py` in base's envs (the naive peer).
 # Everything lands in OUTDIR/levers.tar.gz (logs, outcomes, per-preload seconds as JSON lines
 # from HARNESS_PRELOAD_LOG, each env's learned harness-imports.json) and OUTDIR/summary.txt.
@@ -44,6 +48,10 @@ python3 -c 'import torch, transformers, transformers.modeling_utils, accelerate'
 
 scenarios=(gemma4_bnb4bit_towers_forward gpu_attn_sdpa_load)
 matrix=$work/levers.toml
+if [[ -n ${LEVERS_MATRIX:-} ]]; then
+  cp "$LEVERS_MATRIX" "$matrix"
+  mapfile -t scenarios < <(python3 -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["matrix"]["scenarios"]))' "$matrix")
+else
 cat > "$matrix" << EOF
 [matrix]
 python = "/opt/torch/.venv/bin/python3"
@@ -66,12 +74,14 @@ accelerate = "1.13.0"
 peft = "0.19.1"
 bitsandbytes = "0.50.2"
 EOF
+fi
 
+last_root=$tmp/levers-root-base  # peer runs in the envs of the mode before it
 for spec in "$@"; do
   mode=${spec%%:*} sweeps=2
   [[ $spec == *:* ]] && sweeps=${spec#*:}
   if [[ $mode == peer ]]; then
-    for env in "$tmp"/levers-root-base/*/; do
+    for env in "$last_root"/*/; do
       [ -x "$env/bin/python" ] || continue
       for s in "${scenarios[@]}"; do
         t=$EPOCHREALTIME
@@ -94,18 +104,21 @@ for spec in "$@"; do
     nolearn) vars=(HARNESS_LEARNED_PRELOAD=0 HARNESS_BYTECODE=0) ;;
     # share, and each process's bytecode kept in one folder for every env (the default since
     # #30 item 3: running/bytecode.py); the folder starts empty, as on a fresh runner
-    pyc) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pyc") ; rm -rf "$tmp/levers-xdg-pyc" ;;
-    keep) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-keep" HARNESS_KEPT_DIR="$tmp/levers-kept") flags=(--keep-servers 900)
+    pyc) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pyc" HARNESS_PRECOMPILE=0) ; rm -rf "$tmp/levers-xdg-pyc" ;;
+    keep) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-keep" HARNESS_KEPT_DIR="$tmp/levers-kept" HARNESS_PRECOMPILE=0) flags=(--keep-servers 900)
       rm -rf "$tmp/levers-xdg-keep" "$tmp/levers-kept" ;;
+    pre) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pre") ; rm -rf "$tmp/levers-xdg-pre" ;;
     *) say "unknown mode $mode"; continue ;;
   esac
   root=$tmp/levers-root-$mode cache=$tmp/levers-cache-$mode
+  last_root=$root
   if [[ $mode == nolearn ]]; then
     root=$tmp/levers-root-share cache=$tmp/levers-cache-share
   else
     rm -rf "$root" "$cache"
   fi
   for ((k = 1; k <= sweeps; k++)); do
+    rm -f "$work/$mode-$k.jsonl" "$work/$mode-$k-preload.jsonl"  # a mode named twice sweeps afresh, never resumes
     t=$EPOCHREALTIME
     env "${vars[@]}" HARNESS_PRELOAD_LOG="$work/$mode-$k-preload.jsonl" UV_CACHE_DIR="$cache" \
       timeout --signal=TERM 400 python3 -m harness sweep --matrix "$matrix" --device cuda --db "$work/$mode-$k.jsonl" \

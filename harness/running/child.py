@@ -58,6 +58,22 @@ PRELOAD_LOG_ENV = "HARNESS_PRELOAD_LOG"
 ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"
 #: Where every process of a sweep keeps the bytecode of what it imports (`share_bytecode`); unset: off.
 BYTECODE_ENV = "HARNESS_BYTECODE_DIR"
+#: How many forked workers compile, into that folder, what a preload is about to import
+#: (`_precompile`); unset or 1: each module is compiled as it is imported, one after another.
+PRECOMPILE_ENV = "HARNESS_PRECOMPILE_WORKERS"
+#: In the bytecode folder: the installed files (relative to their site-packages) that servers and
+#: scenarios imported, the list `_precompile` works from; at most PRECOMPILE_LIMIT of them.
+IMPORTED_LIST = "imported-files.json"
+PRECOMPILE_LIMIT = 50_000
+#: With this many workers, a preloaded package nobody imported yet is compiled whole (about three
+#: times the files an import of it loads): below it, compiling at import is no slower.
+WHOLE_PACKAGE_WORKERS = 4
+#: With this many, and nothing listed yet (a fresh runner), every site-packages of the env is
+#: compiled whole, tests aside: transformers' import pulls in some 4,000 modules of a GPU image
+#: (scipy, sympy, pandas, sklearn, triton beside torch), which no preload names.
+WHOLE_SITE_WORKERS = 8
+#: Folders a whole-site compile skips: an import seldom loads a package's own tests.
+NOT_IMPORTED = frozenset({"tests", "test", "__pycache__"})
 #: Exit code of a process forked from a zygote that refused a cell (its files differ).
 REFUSED = 3
 #: torch's top-level modules (zygote.TORCH_TOPS; this file imports nothing of the harness).
@@ -109,6 +125,122 @@ def share_bytecode(root: str) -> None:
     sys.pycache_prefix = os.path.join(root, "pytest")
 
 
+def _shared_bytecode_root() -> str:
+    """The shared bytecode folder, where this process reads and writes its modules' bytecode ("" if none)."""
+    import importlib._bootstrap_external as external
+
+    return os.environ.get(BYTECODE_ENV, "") if getattr(external.cache_from_source, "__harness__", False) else ""
+
+
+def _site_roots() -> list[str]:
+    return [p for p in sys.path if p and os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)]
+
+
+def _read_list(path: str) -> list[str]:
+    try:
+        with open(path) as fh:
+            found = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    return [f for f in found if isinstance(f, str)] if isinstance(found, list) else []
+
+
+def remember_imports() -> None:
+    """Add the installed files this process has imported to the bytecode folder's list, for the
+    next preload's `_precompile` (in another env too: the same release's files, or the next
+    release's files of the same name). Lost updates between processes only cost a compilation."""
+    root = _shared_bytecode_root()
+    if not root or int(os.environ.get(PRECOMPILE_ENV) or 0) < 2:
+        return
+    path = os.path.join(root, IMPORTED_LIST)
+    known = set(_read_list(path))
+    if len(known) >= PRECOMPILE_LIMIT:
+        return
+    roots = _site_roots()
+    found: set[str] = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and file.endswith(".py"):
+            found.update(file[len(r) + 1 :] for r in roots if file.startswith(r + os.sep))
+    if found - known:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with contextlib.suppress(OSError):
+            os.makedirs(root, exist_ok=True)
+            with open(tmp, "w") as fh:
+                json.dump(sorted(known | found)[:PRECOMPILE_LIMIT], fh)
+            os.replace(tmp, path)
+
+
+def _to_precompile(entries: list[dict[str, Any]], workers: int) -> list[str]:
+    """This env's source files of what servers and scenarios imported before (the folder's list);
+    with `workers` enough for it, every site-packages whole where nothing is listed yet, or else
+    each preloaded package nobody imported yet; less those whose bytecode the folder holds."""
+    import importlib._bootstrap_external as external
+
+    roots = _site_roots()
+    listed = _read_list(os.path.join(_shared_bytecode_root(), IMPORTED_LIST))
+    files: set[str] = set()
+    for rel in listed:  # where this env would import it from: the first site-packages that has it
+        files.update(next(([p] for p in (os.path.join(r, rel) for r in roots) if os.path.isfile(p)), []))
+    if not listed and workers >= WHOLE_SITE_WORKERS:
+        folders = roots
+    elif workers >= WHOLE_PACKAGE_WORKERS:
+        tops = {m.partition(".")[0] for e in entries for m in e["modules"]} - {rel.partition(os.sep)[0] for rel in listed}
+        folders = [os.path.join(r, top) for top in tops for r in roots]
+    else:
+        folders = []
+    for top in folders:
+        for folder, dirs, names in os.walk(top):
+            dirs[:] = [d for d in dirs if d not in NOT_IMPORTED]
+            files.update(os.path.join(folder, n) for n in names if n.endswith(".py"))
+    return [f for f in sorted(files) if not os.path.exists(external.cache_from_source(f))]
+
+
+def _compile_files(files: list[str]) -> None:
+    """In a forked worker: compile each file's bytecode into the shared folder, as an import would."""
+    import importlib._bootstrap_external as external
+    import py_compile
+
+    for file in files:
+        try:  # timestamp-checked, as the import system writes it (whatever SOURCE_DATE_EPOCH says)
+            py_compile.compile(
+                file, external.cache_from_source(file), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP
+            )
+        except Exception:
+            pass  # the import compiles it again, and says what is wrong with it there
+
+
+def _precompile(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Before a preload: compile what it will import in forked workers, on the cores the sweep's
+    other jobs leave (`HARNESS_PRECOMPILE_WORKERS`), so the imports read bytecode instead of
+    compiling one module after another. The workers only compile: nothing is imported or run,
+    and the bytecode is what the import would have written (read back only if its source's size
+    and mtime match)."""
+    workers = int(os.environ.get(PRECOMPILE_ENV) or 0)
+    if workers < 2 or not _shared_bytecode_root():
+        return {}
+    started = time.monotonic()
+    todo = _to_precompile(entries, workers)
+    waiting = []
+    for k in range(min(workers, len(todo))):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                _compile_files(todo[k::workers])
+            finally:
+                os._exit(0)
+        os.close(write)
+        waiting.append((pid, read))
+    for pid, read in waiting:
+        os.read(read, 1)  # end of file once the worker is gone (whatever SIGCHLD is set to)
+        os.close(read)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return {"files": len(todo), "workers": len(waiting), "seconds": round(time.monotonic() - started, 3)}
+
+
 def _write_json(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -125,6 +257,47 @@ def _classify(exc: BaseException) -> str:
 
 def _frames(exc: BaseException) -> list[list[Any]]:
     return [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)]
+
+
+def _import_clock() -> Any:
+    """A function that returns the seconds this process has spent importing since this call,
+    outermost imports only (an import inside an import counts once), or None before Python 3.12.
+
+    It watches importlib's `_find_and_load` (every import of a module not yet loaded goes
+    through it) with sys.monitoring: no wrapper joins a traceback, no module's code changes. A
+    scenario's own code is its run less this: an import moved into a scenario still counts as
+    an import (docs/zygote.md)."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return None
+    import importlib._bootstrap as bootstrap  # the import system's own module, as the interpreter runs it
+
+    target = bootstrap._find_and_load.__code__  # type: ignore[attr-defined]
+    tool = next((t for t in (4, 3) if monitoring.get_tool(t) is None), None)  # ids neither debugger nor profiler use
+    if tool is None:
+        return None
+    monitoring.use_tool_id(tool, "harness-imports")
+    state = {"depth": 0, "since": 0.0, "total": 0.0}
+
+    def enter(code: Any, offset: int) -> None:
+        if state["depth"] == 0:
+            state["since"] = time.perf_counter()
+        state["depth"] += 1
+
+    def leave(code: Any, offset: int, value: Any) -> None:
+        if code is not target or state["depth"] == 0:
+            return  # PY_UNWIND is only ever global: every function's exception comes here
+        state["depth"] -= 1
+        if state["depth"] == 0:
+            state["total"] += time.perf_counter() - state["since"]
+
+    events = monitoring.events
+    monitoring.register_callback(tool, events.PY_START, enter)
+    monitoring.register_callback(tool, events.PY_RETURN, leave)
+    monitoring.register_callback(tool, events.PY_UNWIND, leave)
+    monitoring.set_local_events(tool, target, events.PY_START | events.PY_RETURN)
+    monitoring.set_events(tool, events.PY_UNWIND)
+    return lambda: state["total"] + (time.perf_counter() - state["since"] if state["depth"] else 0.0)
 
 
 def run_scenario(scenario: str, result: str) -> int:
@@ -144,6 +317,7 @@ def run_scenario(scenario: str, result: str) -> int:
     code = 0
     # The scenario's own time, whatever its status: what the harness spent around it is the
     # rest of the outcome's seconds (an error row records no `seconds` metric of its own).
+    importing = _import_clock()
     started = time.perf_counter()
     try:
         runpy.run_path(scenario, run_name="__main__")
@@ -162,9 +336,12 @@ def run_scenario(scenario: str, result: str) -> int:
         code = 1
         traceback.print_exc()
     record["run_seconds"] = round(time.perf_counter() - started, 4)
+    if importing is not None:
+        record["import_seconds"] = round(importing(), 4)
     sys.stdout.flush()
     sys.stderr.flush()
     record["imported"] = _new_imports(before, [os.path.dirname(scenario), kit_dir or ""])
+    remember_imports()
     culprits = [c for c in os.environ.get(CULPRITS_ENV, "").split(",") if c]
     if culprits:
         record["imports_culprit"] = _importers_of(culprits, before)
@@ -572,6 +749,7 @@ def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
     An entry after which CUDA is unusable in a fork is not ready; the modules that made it so are
     reported ("cuda_culprits", see `_CudaWatch`), and the harness starts again without them."""
+    precompiled = _precompile(entries)
     imported: list[str] = []
     seconds: dict[str, float] = {}
     watch = _CudaWatch()
@@ -612,6 +790,7 @@ def _preload(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "cuda_via": {m: watch.root(m) for m in culprits},
         "cuda_chains": [next(c for c in watch.chains if m in c) for m in culprits],  # why each is one
         "seconds": seconds,
+        "precompiled": precompiled,
     }
 
 
@@ -621,6 +800,7 @@ def _log_preload(who: str, report: dict[str, Any]) -> None:
     path = os.environ.get(PRELOAD_LOG_ENV)
     if path:
         line = {"who": who, "prefix": sys.prefix, "seconds": report["seconds"], "cuda_culprits": report["cuda_culprits"]}
+        line["precompiled"] = report.get("precompiled", {})
         with open(path, "a") as fh:
             fh.write(json.dumps(line) + "\n")
 
@@ -646,6 +826,7 @@ def serve(preload: list[dict[str, Any]], loaded_file: str | None = None) -> int:
     with _guarded():
         report = _preload(preload)
     _log_preload("server", report)
+    remember_imports()
     if loaded_file and not report["cuda_culprits"]:
         # Forked from a zygote: the torch modules this cell's imports pulled in, none of which
         # made fork unusable (the probes above said so). The pool has the zygote import them
@@ -919,6 +1100,7 @@ def zygote(config_path: str) -> int:
     os.dup2(2, 1)
     with _guarded():
         report = _preload(config["preload"])
+        remember_imports()
         report["leaked"] = _leaked(config.get("forbid", []))
         report["pid"] = os.getpid()
         usable = not report["cuda_initialized_by"] and not report["leaked"]

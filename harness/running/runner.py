@@ -214,6 +214,7 @@ class CellRunner:
         record = _read_json(result)
         imported = record.pop("imported", None) if record is not None else None
         ran = record.pop("run_seconds", None) if record is not None else None
+        imports = record.pop("import_seconds", None) if record is not None else None
         importers = record.pop("imports_culprit", None) if record is not None else None
         importers = {str(k): str(v) for k, v in importers.items()} if isinstance(importers, dict) else {}
         self.culprit_importers.update(importers)
@@ -230,6 +231,7 @@ class CellRunner:
             metrics=_read_json(metrics) or {},
             imported=modules,
             run_seconds=float(ran) if isinstance(ran, int | float) else None,
+            import_seconds=float(imports) if isinstance(imports, int | float) else None,
             imports_culprit=importers,
         )
 

@@ -24,6 +24,9 @@ from harness.running import kept
 from harness.running.processes import CHILD, child_env, kill_group, lifeline
 from harness.running.zygote import TORCH_TOPS, ForkedServer
 
+#: child.PRELOAD_LOG_ENV: a file of JSON lines, for measurements (unset: nothing is written).
+PRELOAD_LOG_ENV = "HARNESS_PRELOAD_LOG"
+
 if TYPE_CHECKING:
     from harness.running.zygote import Zygote, ZygotePool
 
@@ -172,6 +175,7 @@ class CellServer:
         else:
             self.start_seconds += time.monotonic() - started
             self.starts += 1
+            _log_start(self.python, self.start_seconds)
         found = [str(m) for m in ready.get("cuda_culprits") or [ready.get("cuda_initialized_by")] if m]
         if found:
             # These modules made CUDA unusable in a fork, which a forked scenario could not
@@ -374,3 +378,12 @@ def preload_entries(preload: list[str], learned: list[str] | None) -> list[dict[
     torch_entries = [{"name": m, "modules": [m]} for m in preload if m.partition(".")[0] in TORCH_TOPS]
     uses_torch = any(top in TORCH_TOPS for top in groups)
     return (torch_entries if uses_torch else []) + [{"name": f"{top}.*", "modules": mods} for top, mods in groups.items()]
+
+
+def _log_start(python: str, seconds: float) -> None:
+    """For measurements (scripts/plain_vs_server.py): the server's start so far, one JSON line in
+    the file HARNESS_PRELOAD_LOG names, beside what the server says of its preload."""
+    path = os.environ.get(PRELOAD_LOG_ENV)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"who": "start", "python": python, "start_seconds": round(seconds, 3)}) + "\n")

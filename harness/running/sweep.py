@@ -50,7 +50,7 @@ from harness.inputs.matrix import Cell, MatrixSpec, load_matrix, shard_cells
 from harness.inputs.scenarios import Scenario, applicability, select
 from harness.inputs.testsource import check_source
 from harness.running import hostinfo
-from harness.running.bytecode import bytecode_env
+from harness.running.bytecode import bytecode_env, precompile_workers
 from harness.running.checks import Checks, SuiteTally
 from harness.running.culprits import CudaCulprits
 from harness.running.envs import EnvResult, IndexSeen, build_env
@@ -349,6 +349,10 @@ class Ledger:
     # of those, the scenario files' own run (their code, imports included), by the child's
     # clock; the rest is forking, handing over and reading back, per scenario
     scenario_run_seconds: float = 0.0
+    # of those, the imports the scenario files made themselves (measured on Python 3.12+ only):
+    # their own code is the rest, what a server's start is weighed against
+    scenario_import_seconds: float = 0.0
+    imports_measured: bool = False
     imports: dict[str, float] = field(default_factory=dict)  # per preloaded module, summed over cells
     helpers: int = 0  # second fork servers an idle job ran a cell's last scenarios on (tail help)
     helpers_ahead: int = 0  # of those, started ahead, before the job was idle
@@ -372,6 +376,12 @@ class Ledger:
         """Per scenario run so far (0 before the first): the guess for a cell none of whose finished."""
         return self.scenario_seconds / self.scenarios_run if self.scenarios_run else 0.0
 
+    def _imports_in_scenarios(self) -> str:
+        if not self.imports_measured:
+            return ""
+        own = self.scenario_run_seconds - self.scenario_import_seconds
+        return f", of which their imports {self.scenario_import_seconds:.1f} s: after their imports {own:.1f} s"
+
     def line(self, zygotes: str, culprits: str) -> str:
         tail = ""
         if self.servers_kept:
@@ -382,7 +392,7 @@ class Ledger:
             f"time: env builds {self.env_seconds:.1f} s, {zygotes}, fork-server starts {self.server_start_seconds:.1f} s"
             f" ({self.server_starts}, {self.cuda_restarts} for CUDA; slowest imports: {_slowest(self.imports)}){tail},"
             f" scenarios {self.scenario_seconds:.1f} s"
-            f" (their own code {self.scenario_run_seconds:.1f} s);"
+            f" (their own code {self.scenario_run_seconds:.1f} s{self._imports_in_scenarios()});"
             f" not preloaded (CUDA at import): {culprits}"
         )
 
@@ -523,11 +533,12 @@ class Sweep:
         )
         self.ledger = Ledger()
         self.index_seen = IndexSeen()  # the first env asks the index; the rest reuse what it fetched
-        self.bytecode = bytecode_env()  # every cell's processes share their modules' bytecode
         self.culprits = CudaCulprits(self.env_root)
         self.gpus = GpuPlan(
             plan.options.gpus, int(self.host.get("gpu_count", 0)), max(1, plan.options.jobs), int(self.host.get("cpus") or 0)
         )
+        # every cell's processes share their modules' bytecode, compiled ahead on the job's cores
+        self.bytecode = bytecode_env(workers=precompile_workers(int(self.host.get("cpus") or 1), plan.options.jobs))
         self._lock = threading.RLock()
         self._stopping = threading.Event()  # SIGTERM / Ctrl-C: finish nothing more, store nothing killed
         self._active: set[CellRunner] = set()
@@ -795,6 +806,9 @@ class Sweep:
                 self.ledger.scenario_seconds += raw.seconds
                 self.ledger.scenarios_run += 1
                 self.ledger.scenario_run_seconds += raw.run_seconds or 0.0
+                if raw.import_seconds is not None:
+                    self.ledger.scenario_import_seconds += raw.import_seconds
+                    self.ledger.imports_measured = True
         return made
 
 
