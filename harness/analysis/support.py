@@ -25,6 +25,7 @@ that line (both releases ran: `Transition.exact`) is marked on the release that 
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -195,3 +196,38 @@ def support_tables(
             ]
             tables.append(_table(known, library, line, found, group or (lambda s: s), transitions))
     return tables
+
+
+# -- kept in the results file (storage/cached.py): the tables as JSON and back, unchanged ----------
+def tables_to_json(tables: Sequence[SupportTable], rows_are: str) -> str:
+    """The tables and what a row is, as JSON that `tables_from_json` turns back into equal tables."""
+    return json.dumps({"rows_are": rows_are, "tables": [_table_dict(t) for t in tables]}, separators=(",", ":"))
+
+
+def _table_dict(table: SupportTable) -> dict[str, Any]:
+    return {
+        "machine": table.machine,
+        "library": table.library,
+        "held": [list(h) for h in table.held],
+        "known_good": table.known_good,
+        "columns": [[c.release, c.cell_id, list(c.not_built)] for c in table.columns],
+        "rows": list(table.rows),
+        "entries": [[row, index, e.word, e.mark, e.kind] for (row, index), e in table.entries.items()],
+    }
+
+
+def tables_from_json(text: str) -> tuple[tuple[SupportTable, ...], str]:
+    data = json.loads(text)
+    tables = tuple(
+        SupportTable(
+            machine=t["machine"],
+            library=t["library"],
+            held=tuple((a, v) for a, v in t["held"]),
+            known_good=t["known_good"],
+            columns=tuple(SupportColumn(release, cell, tuple(gap)) for release, cell, gap in t["columns"]),
+            rows=tuple(t["rows"]),
+            entries={(row, index): Entry(word, mark, kind) for row, index, word, mark, kind in t["entries"]},
+        )
+        for t in data["tables"]
+    )
+    return tables, str(data["rows_are"])

@@ -23,6 +23,7 @@ from harness.analysis.attribution import Attribution
 from harness.analysis.requirement import StatedRequirement, requirements
 from harness.commands import flags
 from harness.commands.answer import answer, refreshed
+from harness.commands.publish import keep_support
 from harness.errors import EXIT_OK, BadInput
 from harness.storage.store import Store
 
@@ -59,6 +60,7 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
             # Every scenario's versions are known releases: a gap on one line may be tested on another.
             found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
         store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
+        keep_support(store)  # its marks are the answers just stored
     return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))
 
 

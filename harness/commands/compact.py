@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.commands.publish import keep_support
 from harness.errors import EXIT_OK, BadInput
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         before = set(reader.applied_migrations())
     with Store(args.db) as store:  # a writer applies the missing migrations (the split among them) before anything else
         store.compact()  # and the file is written afresh, without the space deleted rows left
+        keep_support(store)  # the Support page's tables, once here rather than on each first render
         applied = [m for m in store.applied_migrations() if m not in before]
         current, kept = queries.row_count(store, "outcomes"), queries.row_count(store, "history")
     done = f"applied {', '.join(applied)}" if applied else "already up to date"

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.commands import flags
+from harness.commands.publish import keep_support
 from harness.errors import EXIT_OK, BadInput
 
 
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             console.print(f"{source}: {added} outcome(s) added")
         # the settle of what came in deletes what it merged into spans: give the space back once it is most of the file
         compacted = " (written afresh: a third of its space or more was free)" if store.compact(when_sparse=True) else ""
+        keep_support(store)  # the Support page's tables, once here rather than on each first render
         current, kept, twice = queries.row_count(store), queries.row_count(store, "history"), queries.duplicate_key_count(store)
         console.print(f"{args.db}: {current} current outcome(s), {kept} history row(s), {twice} duplicate key(s){compacted}")
     return EXIT_OK

@@ -26,6 +26,7 @@ from harness.analysis.refine import OnRound
 from harness.commands import flags
 from harness.commands.answer import answer
 from harness.commands.progress import ProgressReporter, print_rounds
+from harness.commands.publish import keep_support_of
 from harness.commands.summary import print_history, render_answer
 from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.running import kept, live
@@ -215,6 +216,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
             soft_wrap=True,
         )
+    keep_support_of(args.db)  # the Support page's tables, once here rather than on each first render
     print_history(args.db, console)
     render_answer(done.answer, console, title=f"run {done.plan.run_id}", wide=args.wide)
     return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass

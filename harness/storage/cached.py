@@ -1,0 +1,55 @@
+"""Answers kept in the results file beside the outcomes they were computed from (table `cached`).
+
+Some answers read every current outcome and cost seconds on a team's file: the Support page's
+tables (each machine's known-good set, every library's line) took 4.8 s at 20,000 tests × 20
+cells on every first render. The commands that write the file (`sweep`, `merge`, `attribute`,
+`compact`) compute them once and keep them here, under the **state key** of what they were
+computed from; a reader uses them only while the key is the file's key now, and computes them
+itself otherwise (a file a harness before this one wrote, a sweep's journal laid over, a merge
+that changed nothing it recomputed). The key hashes, in DuckDB, every current outcome as
+readers see it (`outcomes_v`), with the flaky marks, the stored answers, the release lists and
+the runs: anything those answers read.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from harness.storage.resultsfile import SqlResultsFile
+
+TABLE = "cached"
+_SCHEMA = f"CREATE TABLE IF NOT EXISTS {TABLE} (name VARCHAR PRIMARY KEY, key VARCHAR, payload VARCHAR, computed_at TIMESTAMP)"
+# Each part: a table readers' answers depend on, and what of it changes when its rows do.
+_PARTS = {
+    "outcomes_v": "count(*), bit_xor(hash(run_id, cell_id, scenario, repeat, status, signature, started_at))",
+    "flaky": "count(*), bit_xor(hash(run_id, cell_id, test, signature))",
+    "transitions": "count(*), min(computed_at), max(computed_at)",
+    "releases": "count(*), bit_xor(hash(run_id, axis, version))",
+    "runs": "count(*), bit_xor(hash(run_id))",
+}
+
+
+def state_key(store: SqlResultsFile) -> str:
+    """What the file's answers are computed from, as one string: equal keys, equal answers."""
+    parts = []
+    for table, summary in _PARTS.items():
+        if table == "outcomes_v" or store.has_table(table):
+            row = store.fetch(f"SELECT {summary} FROM {table}")[0]
+            parts.append(f"{table}:" + ",".join(str(v) for v in row.values()))
+    return ";".join(parts)
+
+
+def read(store: SqlResultsFile, name: str, key: str) -> str | None:
+    """The payload kept under `name` if it was computed from the state `key` names; else None."""
+    if not store.has_table(TABLE):
+        return None
+    rows = store.fetch(f"SELECT payload FROM {TABLE} WHERE name = ? AND key = ?", [name, key])
+    return str(rows[0]["payload"]) if rows else None
+
+
+def write(store: SqlResultsFile, name: str, key: str, payload: str) -> None:
+    """Keep `payload` under `name`, computed from the state `key` names (a writing Store)."""
+    with store.writing() as con:  # type: ignore[attr-defined]
+        con.execute(_SCHEMA)
+        con.execute(f"DELETE FROM {TABLE} WHERE name = ?", [name])
+        con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?)", [name, key, payload, datetime.now(UTC).replace(tzinfo=None)])

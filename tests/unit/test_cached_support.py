@@ -1,0 +1,86 @@
+"""The Support page's tables kept in the results file (`storage/cached.py`, `publish.keep_support`).
+
+Real DuckDB files: a copy of the shipped results, and a suite made by make_large_store. What is
+kept is used only while the file is as it was when they were computed; any write that changes
+what they read (an outcome, a flaky mark, stored answers, a release list) makes readers compute
+them again, and what they read back equals what they would compute.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.answer import answer_rows
+from harness.analysis.support import support_tables, tables_from_json, tables_to_json
+from harness.commands import publish
+from harness.storage import cached
+from harness.storage.store import Store
+from tests.unit.test_publish import LISTED, ROWS, SHIPPED
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_tables_come_back_from_json_equal() -> None:
+    with Store(SHIPPED, read_only=True) as store:
+        shipped, _ = publish._support_now(store)
+    tables = (*support_tables(answer_rows(ROWS, LISTED)), *shipped)
+    assert any(t.marked for t in tables) and any(not c.built for t in tables for c in t.columns)  # marks and gaps
+    assert tables_from_json(tables_to_json(tables, "scenario")) == (tables, "scenario")
+
+
+@pytest.fixture()
+def shipped(tmp_path: Path) -> Path:
+    db = tmp_path / "results.duckdb"
+    shutil.copy(SHIPPED, db)
+    return db
+
+
+def _kept(db: Path) -> str | None:
+    with Store(db, read_only=True) as store:
+        return cached.read(store, publish.SUPPORT, cached.state_key(store))
+
+
+def test_a_writer_keeps_them_and_readers_get_what_they_would_compute(shipped: Path) -> None:
+    assert _kept(shipped) is None  # the shipped file keeps none: computed
+    publish.keep_support_of(shipped)
+    assert _kept(shipped) is not None
+    with Store(shipped, read_only=True) as store:
+        assert publish.support_of(store) == publish._support_now(store)
+
+
+def test_any_change_they_read_makes_readers_compute_them_again(shipped: Path) -> None:
+    publish.keep_support_of(shipped)
+    with Store(shipped) as store:
+        before = cached.state_key(store)
+        store.replace_transitions([], scope="")  # the stored answers gone: the marks are computed again
+        assert cached.state_key(store) != before
+        assert cached.read(store, publish.SUPPORT, cached.state_key(store)) is None
+        tables, _ = publish.support_of(store)
+        assert tables == publish._support_now(store)[0]
+    with Store(shipped) as store:
+        with store.writing() as con:
+            con.execute("INSERT INTO flaky VALUES ('r', 'c', 't', 's', 'why')")
+        flaky = cached.state_key(store)
+        with store.writing() as con:
+            con.execute("UPDATE outcomes SET status = 'fail' WHERE rowid = (SELECT min(rowid) FROM outcomes)")
+        assert cached.state_key(store) not in (flaky, before)
+
+
+def test_a_merge_and_a_sweep_of_a_suite_keep_them(tmp_path: Path) -> None:
+    db, other = tmp_path / "suite.duckdb", tmp_path / "more.duckdb"
+    made = [sys.executable, str(REPO / "benchmarks" / "make_large_store.py"), "--tests", "200", "--cells", "4"]
+    subprocess.run([*made, "--out", str(db)], check=True, capture_output=True)
+    subprocess.run([*made, "--out", str(other), "--runs", "2"], check=True, capture_output=True)
+    merged = subprocess.run(
+        [sys.executable, "-m", "harness", "merge", "--db", str(db), str(other)], capture_output=True, text=True, cwd=REPO
+    )
+    assert merged.returncode == 0, merged.stderr
+    kept = _kept(db)
+    assert kept is not None
+    with Store(db, read_only=True) as store:
+        assert tables_from_json(kept) == publish._support_now(store)
