@@ -319,13 +319,19 @@ def keep_support(store: Any) -> bool:
 
 
 def keep_support_of(db: Path) -> None:
-    """`keep_support` on the DuckDB file at `db` (nothing for a JSON-lines shard: the runner's)."""
+    """`keep_support` on the DuckDB file at `db` (nothing for a JSON-lines shard: the runner's).
+    Best effort: where another writer holds the file (a second sweep into it), the tables are
+    not kept and readers compute them, as before; the sweep that asked does not wait or fail."""
     if db.suffix == ".jsonl" or not db.is_file():
         return
+    from harness.errors import StoreError
     from harness.storage.store import Store
 
-    with Store(db) as store:
-        keep_support(store)
+    try:
+        with Store(db, lock_wait=1.0) as store:
+            keep_support(store)
+    except StoreError:
+        pass
 
 
 def _support_now(store: Any) -> tuple[tuple[SupportTable, ...], str]:

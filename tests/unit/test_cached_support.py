@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,22 @@ def test_a_merge_and_a_sweep_of_a_suite_keep_them(tmp_path: Path) -> None:
     assert kept is not None
     with Store(db, read_only=True) as store:
         assert tables_from_json(kept) == publish._support_now(store)
+
+
+def test_a_sweep_that_finds_the_file_held_by_another_writer_goes_on_without_them(shipped: Path) -> None:
+    # another writer's turn at the file (a second sweep folding into it), held for as long as the test needs
+    hold = (
+        "import sys\nfrom harness.storage.store import Store\n"
+        "with Store(sys.argv[1]) as store, store.writing():\n    print('held', flush=True)\n    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(shipped)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        began = time.monotonic()
+        publish.keep_support_of(shipped)  # neither waits for the turn nor raises
+        assert time.monotonic() - began < 30
+    finally:
+        holder.communicate("")
+    assert _kept(shipped) is None
