@@ -112,3 +112,12 @@ def test_a_change_to_the_code_under_test_starts_a_new_run_and_a_flip_with_nothin
     pin = run_cli("pin", "--db", str(tmp_path / "r.duckdb"), "--test", "tests/test_team.py::test_environment")
     said = pin.stdout + pin.stderr
     assert pin.returncode == 1 and "flaky across runs: passed in" in said and "with nothing changed" in said, said
+
+    # each sweep kept the Support page's tables of the file it left (storage/cached.py): current, and as computed
+    from harness.commands import publish
+    from harness.storage import cached
+    from harness.storage.store import Store
+
+    with Store(tmp_path / "r.duckdb", read_only=True) as store:
+        kept = cached.read(store, publish.SUPPORT, cached.state_key(store))
+        assert kept is not None and publish.support_of(store) == publish._support_now(store)

@@ -72,7 +72,7 @@ def test_any_change_they_read_makes_readers_compute_them_again(shipped: Path) ->
         assert cached.state_key(store) not in (flaky, before)
 
 
-def test_a_merge_and_a_sweep_of_a_suite_keep_them(tmp_path: Path) -> None:
+def test_a_merge_of_a_suite_keeps_them(tmp_path: Path) -> None:
     db, other = tmp_path / "suite.duckdb", tmp_path / "more.duckdb"
     made = [sys.executable, str(REPO / "benchmarks" / "make_large_store.py"), "--tests", "200", "--cells", "4"]
     subprocess.run([*made, "--out", str(db)], check=True, capture_output=True)
