@@ -163,6 +163,8 @@ def _table(
     at = {c.release: i for i, c in enumerate(columns) if c.built}
     entries = {key: Entry(fold(n)) for key, n in counts.items()}
     for (scenario, after), t in marks.items():
+        if after not in at:
+            continue  # an answer between two commits of a git build (`refine --git`): no release column to mark
         key = (group(scenario), at[after])
         entries[key] = Entry(entries.get(key, Entry()).word, t.headline(), t.kind)
     rows_shown = tuple(sorted({r for r, _ in counts}))

@@ -204,6 +204,16 @@ def test_refine_with_a_clone_names_the_commit_and_its_pr(tmp_path: Path, env_roo
     fix = shas["Fix the meta tensor (#42)"]
     assert f"fixed by commit {fix[:12]} Fix the meta tensor (#42)" in text
     assert f"the commit before it is {shas['Docs (#41)'][:12]}" in text
+    # the Support page over answers between commits: no release column for them, and no error
+    # (its tables were computed, and kept, when `refine` stored the answers)
+    from harness.commands import publish
+    from harness.storage import cached
+    from harness.storage.store import Store
+
+    with Store(db, read_only=True) as store:
+        tables, _ = publish._support_now(store)
+        assert cached.read(store, publish.SUPPORT, cached.state_key(store)) is not None
+    assert any(t.library == "compat-harness-probepkg" for t in tables)
 
 
 def test_a_plan_for_an_offline_runner_narrows_the_range_in_one_trip(tmp_path: Path, env_root: Path, gapped: tuple[Path, str]) -> None:
