@@ -15,8 +15,9 @@ The folder is a cache: deleting it costs one compilation; it is emptied when it 
 On a first sweep the folder is cold, and a server compiled its imports one module after another
 (transformers' 1,200 modules: about 60 % of its import, here). The cores the sweep's jobs leave
 idle now compile them first, in parallel (`child._precompile`): the files servers and scenarios
-imported before, listed in the folder, found in the new env; where none is listed yet and at
-least `child.WHOLE_PACKAGE_WORKERS` cores are free, the preloaded packages whole.
+imported before, listed in the folder, found in the new env; where none is listed yet (a fresh
+runner) and `child.WHOLE_SITE_WORKERS` cores are free, every site-packages whole; with
+`child.WHOLE_PACKAGE_WORKERS`, the preloaded packages nobody imported yet.
 `HARNESS_PRECOMPILE=0` turns that off.
 """
 

@@ -163,12 +163,9 @@ def remember_imports() -> None:
         if isinstance(file, str) and file.endswith(".py"):
             found.update(file[len(r) + 1 :] for r in roots if file.startswith(r + os.sep))
     if found - known:
-        tmp = f"{path}.{os.getpid()}.tmp"
         with contextlib.suppress(OSError):
             os.makedirs(root, exist_ok=True)
-            with open(tmp, "w") as fh:
-                json.dump(sorted(known | found)[:PRECOMPILE_LIMIT], fh)
-            os.replace(tmp, path)
+            _write_json(path, sorted(known | found)[:PRECOMPILE_LIMIT])
 
 
 def _to_precompile(entries: list[dict[str, Any]], workers: int) -> list[str]:
@@ -181,7 +178,9 @@ def _to_precompile(entries: list[dict[str, Any]], workers: int) -> list[str]:
     listed = _read_list(os.path.join(_shared_bytecode_root(), IMPORTED_LIST))
     files: set[str] = set()
     for rel in listed:  # where this env would import it from: the first site-packages that has it
-        files.update(next(([p] for p in (os.path.join(r, rel) for r in roots) if os.path.isfile(p)), []))
+        here = next((p for p in (os.path.join(r, rel) for r in roots) if os.path.isfile(p)), None)
+        if here:
+            files.add(here)
     if not listed and workers >= WHOLE_SITE_WORKERS:
         folders = roots
     elif workers >= WHOLE_PACKAGE_WORKERS:
@@ -241,8 +240,10 @@ def _precompile(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"files": len(todo), "workers": len(waiting), "seconds": round(time.monotonic() - started, 3)}
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
+def _write_json(path: str, data: Any) -> None:
+    """Write `data` at `path` at once (a reader sees the old file or the new one); the temporary
+    name is this process's, so that processes writing one file at once never share it."""
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
