@@ -60,7 +60,8 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
             # Every scenario's versions are known releases: a gap on one line may be tested on another.
             found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
         store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
-        keep_support(store)  # its marks are the answers just stored
+        if not run_id and not scenarios:  # the whole file's answers, as the Support page marks them
+            keep_support(store, found)
     return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))
 
 

@@ -301,18 +301,20 @@ def support_of(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     return tables_from_json(kept) if kept is not None else _support_now(store)
 
 
-def keep_support(store: Any) -> bool:
+def keep_support(store: Any, found: Answer | None = None) -> bool:
     """After a command wrote the file (a read-write Store): compute the Support page's tables and
     keep them in it, under the state they were computed from (4.8 s at 20,000 tests × 20 cells,
-    once a night instead of on every first render). Kept only where the state did not change
-    while they were computed (another writer); returns whether they were."""
+    once a night instead of on every first render). `found`: the file's whole answer, attributed
+    and stored just now (`harness attribute`), which the tables are then made from without reading
+    the file again. Kept only where the state did not change while they were computed (another
+    writer); returns whether they were."""
     from harness.storage import cached
 
     key = cached.state_key(store)
     if cached.read(store, SUPPORT, key) is not None:
         return True
     try:
-        tables, rows_are = _support_now(store)
+        tables, rows_are = _support_now(store) if found is None else _support_from(found, found.transitions)
     except Exception:  # the page computes them itself and shows the error there: the writing command must not fail for it
         return False
     if cached.state_key(store) != key:
@@ -344,8 +346,12 @@ def _support_now(store: Any) -> tuple[tuple[SupportTable, ...], str]:
 
     found = answer(store)
     stored = [Transition.from_dict(r) for r in attributed.transitions(store, "")] if attributed.answers_current(store) else None
+    return _support_from(found, stored)
+
+
+def _support_from(found: Answer, marked: Sequence[Transition] | None) -> tuple[tuple[SupportTable, ...], str]:
     suite = _is_suite(found.rows)
-    return tuple(support_tables(found, group_of if suite else None, stored)), "test group" if suite else "scenario"
+    return tuple(support_tables(found, group_of if suite else None, marked)), "test group" if suite else "scenario"
 
 
 # -- the page ------------------------------------------------------------------------------------------

@@ -104,3 +104,23 @@ def test_a_sweep_that_finds_the_file_held_by_another_writer_goes_on_without_them
     finally:
         holder.communicate("")
     assert _kept(shipped) is None
+
+
+@pytest.mark.parametrize("suite", [False, True])
+def test_attribute_keeps_the_tables_its_answers_make_as_a_reader_would_compute_them(tmp_path: Path, suite: bool) -> None:
+    # attribute makes them from the answer it just stored, without reading the file again: they
+    # must be the tables a reader computes from the file (stored answers and release lists)
+    db = tmp_path / "results.duckdb"
+    if suite:
+        made = [sys.executable, str(REPO / "benchmarks" / "make_large_store.py"), "--tests", "200", "--cells", "4", "--out", str(db)]
+        subprocess.run(made, check=True, capture_output=True)
+    else:
+        shutil.copy(SHIPPED, db)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "attribute", "--offline", "--db", str(db)], capture_output=True, text=True, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    kept = _kept(db)
+    assert kept is not None
+    with Store(db, read_only=True) as store:
+        assert tables_from_json(kept) == publish._support_now(store)
