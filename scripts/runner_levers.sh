@@ -20,8 +20,13 @@
 #   keep      pyc, each sweep keeping its cells' fork servers for the next (--keep-servers 900,
 #             running/kept.py): a re-sweep attaches to them instead of starting servers
 #   pre       pyc, each preload compiling ahead what it will import, on the job's idle cores
-#             (child._precompile, the default since #38 item 2; pyc and keep keep it off:
-#             HARNESS_PRECOMPILE=0)
+#             (child._precompile, since #38 item 2; pyc and keep keep it off:
+#             HARNESS_PRECOMPILE=0); the zygote shares only what servers loaded of torch, and
+#             waits for a fresh runner's whole site compiled
+#   imports   pre, the zygote also importing what earlier cells' scenarios imported of torch
+#             (ZygotePool.learn), and waiting only for the preloaded packages compiled, the rest
+#             of the site compiled behind (the defaults since #38's last pass; the modes above
+#             keep them off: HARNESS_ZYGOTE_LEARN_SCENARIOS=0 HARNESS_PRECOMPILE_BEHIND=0)
 # LEVERS_MATRIX=FILE sweeps that matrix instead of the four cells below (its own find_links).
 # `peer` then runs each scenario as a fresh `python scenario.py` in base's envs (the naive peer).
 # Everything lands in OUTDIR/levers.tar.gz (logs, outcomes, per-preload seconds as JSON lines
@@ -93,6 +98,8 @@ for spec in "$@"; do
     continue
   fi
   # The modes before shared bytecode keep it off (HARNESS_BYTECODE=0), as the harness was then.
+  export HARNESS_ZYGOTE_LEARN_SCENARIOS=0 HARNESS_PRECOMPILE_BEHIND=0  # every mode but imports: before #38's last pass
+  [[ $mode == imports ]] && unset HARNESS_ZYGOTE_LEARN_SCENARIOS HARNESS_PRECOMPILE_BEHIND
   flags=(--keep-servers 0)  # every mode but keep starts its servers, as when first measured
   case $mode in
     base) vars=(HARNESS_ZYGOTE_SHARE_TORCH=0 HARNESS_BYTECODE=0) ;;
@@ -107,7 +114,8 @@ for spec in "$@"; do
     pyc) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pyc" HARNESS_PRECOMPILE=0) ; rm -rf "$tmp/levers-xdg-pyc" ;;
     keep) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-keep" HARNESS_KEPT_DIR="$tmp/levers-kept" HARNESS_PRECOMPILE=0) flags=(--keep-servers 900)
       rm -rf "$tmp/levers-xdg-keep" "$tmp/levers-kept" ;;
-    pre) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pre") ; rm -rf "$tmp/levers-xdg-pre" ;;
+    pre) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-pre" HARNESS_ZYGOTE_LEARN_SCENARIOS=0 HARNESS_PRECOMPILE_BEHIND=0) ; rm -rf "$tmp/levers-xdg-pre" ;;
+    imports) vars=(XDG_CACHE_HOME="$tmp/levers-xdg-imports") ; rm -rf "$tmp/levers-xdg-imports" ;;
     *) say "unknown mode $mode"; continue ;;
   esac
   root=$tmp/levers-root-$mode cache=$tmp/levers-cache-$mode

@@ -209,16 +209,21 @@ class CellRunner:
         }
         self.start()  # before the clock starts: a scenario's seconds are its own
         started = time.monotonic()
-        exit_code, sig, timed_out = self._execute(request, timeout)
-        seconds = time.monotonic() - started
-        record = _read_json(result)
-        imported = record.pop("imported", None) if record is not None else None
+        server = self.server  # the one that forks it (a crash may restart self.server)
+        server.scenario_started()
+        try:
+            exit_code, sig, timed_out = self._execute(request, timeout)
+        finally:
+            seconds = time.monotonic() - started
+            record = _read_json(result)
+            imported = record.pop("imported", None) if record is not None else None
+            modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
+            server.scenario_ended(modules)  # its zygote's pool learns them, and later forks stop waiting
         ran = record.pop("run_seconds", None) if record is not None else None
         imports = record.pop("import_seconds", None) if record is not None else None
         importers = record.pop("imports_culprit", None) if record is not None else None
         importers = {str(k): str(v) for k, v in importers.items()} if isinstance(importers, dict) else {}
         self.culprit_importers.update(importers)
-        modules = [m for m in imported if isinstance(m, str)] if isinstance(imported, list) else []
         if isinstance(imported, list):
             self.imports[str(request["scenario"])] = modules
         return RawRun(

@@ -242,6 +242,15 @@ class CellServer:
             self.zygote = zygote
             return ready
 
+    def scenario_started(self) -> None:
+        if self.zygotes is not None and self.zygote is not None:
+            self.zygotes.scenario_started(self.zygote)
+
+    def scenario_ended(self, modules: list[str]) -> None:
+        """A scenario this server forked ended, having imported `modules`: its zygote's pool learns them."""
+        if self.zygotes is not None and self.zygote is not None:
+            self.zygotes.learn(self.zygote, modules)
+
     # -- ending --------------------------------------------------------------------------------
     def _park(self) -> bool:
         """Leave the server parked for the next sweep of this cell (`kept.py`), rather than

@@ -883,6 +883,8 @@ def _zygotes_text(pool: ZygotePool | None) -> str:
         return "zygotes off"
     z = pool.stats
     text = f"zygote starts {z.seconds:.1f} s ({z.starts}; slowest imports: {_slowest(z.preload_seconds)})"
+    if z.waited >= 0.05:
+        text += f", servers started ahead waited {z.waited:.1f} s for a scenario's torch imports"
     if z.refusals:
         text += f", refused by a zygote: {'; '.join(f'{n}x {why}' for why, n in z.refusals.most_common(3))}"
     if z.fallbacks:

@@ -49,11 +49,18 @@ START_TIMEOUT = 600.0
 #: Zygotes per key: cells with the same torch but other dependencies of it (numpy, sympy) are
 #: refused by the first; one more zygote each for a few such groups beats a plain server each.
 MAX_PER_KEY = 3
+#: How long a fork waits, at most, for the first scenario of its torch build that is running to
+#: say what it imported (`ZygotePool.learn`), so that the zygote imports it for this server too:
+#: on a first sweep the next cell's server is started while the first cell's first scenario runs.
+FIRST_REPORT_WAIT = 10.0
 #: Environment variables that differ per cell by design (activation) and do not enter the key.
 PER_CELL_VARIABLES = ("PATH", "VIRTUAL_ENV", CELL_DIR_ENV)
 #: "0" keeps the torch modules the servers import out of the zygote (each server imports them
 #: itself, as before): the baseline of the measurements in docs/benchmarks.md.
 SHARE_TORCH_ENV = "HARNESS_ZYGOTE_SHARE_TORCH"
+#: "0" keeps what the scenarios imported of torch out of the zygote (only what the servers
+#: loaded is shared, as before #38): the baseline of the first-sweep measurements.
+LEARN_SCENARIOS_ENV = "HARNESS_ZYGOTE_LEARN_SCENARIOS"
 
 
 class Client(Protocol):
@@ -111,12 +118,22 @@ class ForkedServer:
         return 0
 
 
+class Unusable(OSError):
+    """A zygote that can fork no more cells: gone, or made unusable by the torch modules it
+    imported for the servers (`culprits`: those the CUDA watch named)."""
+
+    def __init__(self, why: str, culprits: list[str] | None = None) -> None:
+        super().__init__(why)
+        self.culprits = culprits or []
+
+
 @dataclass
 class Zygote:
     """One zygote process and what it reported when it was ready."""
 
     python: str
     preload: list[dict[str, Any]]
+    key: str = ""  # its pool's key (zygote_key)
     seconds: float = 0.0
     preloaded: list[str] = field(default_factory=list)
     preload_seconds: dict[str, float] = field(default_factory=dict)
@@ -151,7 +168,7 @@ class Zygote:
         if "pid" not in answer:
             os.close(stdin_w)
             os.close(stdout_r)
-            raise OSError(str(answer.get("unusable")))
+            raise Unusable(str(answer.get("unusable")), [str(c) for c in answer.get("culprits", [])])
         return ForkedServer(int(answer["pid"]), stdin_w, stdout_r), float(answer.get("extra_seconds", 0.0))
 
     def alive(self) -> bool:
@@ -177,6 +194,7 @@ class ZygoteStats:
     seconds: float = 0.0
     preload_seconds: dict[str, float] = field(default_factory=dict)
     forks: int = 0
+    waited: float = 0.0  # forks waiting for a running scenario's imports (FIRST_REPORT_WAIT)
     fallbacks: Counter[str] = field(default_factory=Counter)  # why cells got a plain server
     refusals: Counter[str] = field(default_factory=Counter)  # why a zygote would not fork a cell
 
@@ -194,11 +212,17 @@ class ZygotePool:
         self._starting: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         #: Per key, the files in which servers forked for it list the torch modules they loaded;
-        #: and what those listed, read so far. The key's zygotes import them before the next fork.
+        #: and what those listed, read so far, with what their scenarios imported of torch. The
+        #: key's zygotes import them before the next fork.
         self.share_torch = os.environ.get(SHARE_TORCH_ENV, "1") != "0"
+        self.learn_scenarios = self.share_torch and os.environ.get(LEARN_SCENARIOS_ENV, "1") != "0"
         self._loaded_files: dict[str, list[Path]] = {}
         self._torch_seen: dict[str, dict[str, None]] = {}
         self._unshared: dict[str, str] = {}  # key -> why its zygotes import no more of torch
+        self._extra_culprits: dict[str, set[str]] = {}  # key -> shared modules that made a zygote unusable
+        self._running: Counter[str] = Counter()  # key -> scenarios running in servers forked for it
+        self._reported: set[str] = set()  # keys some scenario has said its imports for
+        self._report = threading.Condition(self._lock)
         self.stats = ZygoteStats()
         self._closed = False
 
@@ -239,13 +263,18 @@ class ZygotePool:
                 }
             )
         )
+        waited = self._await_first_report(key)
         extra = self._extra_for(key, zygote, runner)
         try:
             server, extra_seconds = zygote.fork(request, runner.tmp / "server.log", extra)
         except OSError as exc:
             zygote.close()  # it died, or importing torch's shared modules made it unusable: the next cell starts another
-            if str(exc) and str(exc) != "the zygote is gone":
-                with self._lock:
+            culprits = exc.culprits if isinstance(exc, Unusable) else []
+            with self._lock:
+                if culprits and key not in self._extra_culprits:
+                    # one more chance: the next zygote imports the others, which cost every scenario its import
+                    self._extra_culprits[key] = set(culprits)
+                elif str(exc) and str(exc) != "the zygote is gone":
                     self._unshared[key] = str(exc)
             self._fallback(f"the zygote died ({exc})" if str(exc) else "the zygote died")
             return None
@@ -257,12 +286,14 @@ class ZygotePool:
                 self.stats.seconds += extra_seconds
                 name = "torch.* (shared)"
                 self.stats.preload_seconds[name] = self.stats.preload_seconds.get(name, 0.0) + extra_seconds
-        return server, zygote, zygote_seconds + extra_seconds
+            self.stats.waited += waited
+        return server, zygote, zygote_seconds + extra_seconds + waited
 
     def _extra_for(self, key: str, zygote: Zygote, runner: Client) -> Path | None:
         """The file of torch modules for `zygote` to import before it forks this runner's server:
-        those earlier servers of its key loaded, and this cell's learned torch modules (`torch.*`),
-        less what it has imported already. None: nothing new, or sharing is off."""
+        those earlier servers of its key loaded, what their scenarios imported (`learn`), and this
+        cell's learned torch modules (`torch.*`), less what it has imported already and what made
+        a zygote of the key unusable. None: nothing new, or sharing is off."""
         if not self.share_torch:
             return None
         with self._lock:
@@ -276,13 +307,49 @@ class ZygotePool:
                     self._loaded_files.setdefault(key, []).append(path)  # not ready yet: read it next time
             learned = [m for e in runner.entries if e["name"] == "torch.*" for m in e["modules"]]
             wanted = [m for m in [*learned, *seen] if m not in zygote.shared and m.partition(".")[0] in TORCH_TOPS]
-            wanted = [m for m in dict.fromkeys(wanted) if not any(_under(m, c) for c in runner.avoid | set(zygote.cuda_culprits))]
+            culprits = runner.avoid | set(zygote.cuda_culprits) | self._extra_culprits.get(key, set())
+            wanted = [m for m in dict.fromkeys(wanted) if not any(_under(m, c) for c in culprits)]
             if not wanted:
                 return None
             zygote.shared.update(wanted)
         path = runner.tmp / "zygote-extra.json"
         path.write_text(json.dumps(wanted))
         return path
+
+    def scenario_started(self, zygote: Zygote) -> None:
+        """A scenario starts in a server forked from `zygote`; `learn` follows when it ends."""
+        if self.learn_scenarios and zygote.key:
+            with self._lock:
+                self._running[zygote.key] += 1
+
+    def learn(self, zygote: Zygote, modules: list[str]) -> None:
+        """A scenario of a cell forked from `zygote` ended, having imported `modules`: their
+        torch modules are imported in the key's zygotes before their next fork, so that later
+        cells' scenarios find them loaded. On the GPU runner bitsandbytes' import pulls in
+        torch._dynamo (with sympy and networkx): 1-2 s of each scenario's imports, the same in
+        every cell of the build."""
+        if not self.learn_scenarios or not zygote.key:
+            return
+        torch_modules = [m for m in modules if m.partition(".")[0] in TORCH_TOPS]
+        with self._report:
+            self._running[zygote.key] -= 1
+            self._reported.add(zygote.key)
+            self._torch_seen.setdefault(zygote.key, {}).update(dict.fromkeys(torch_modules))
+            self._report.notify_all()
+
+    def _await_first_report(self, key: str) -> float:
+        """Before the first fork after a scenario of this key started: wait, FIRST_REPORT_WAIT at
+        most, until one has ended and said what it imported. Never while none runs (a sweep's
+        first cells, forked at once). Returns the seconds waited."""
+        started = time.monotonic()
+        deadline = started + FIRST_REPORT_WAIT
+        with self._report:
+            while key not in self._reported and self._running[key] > 0 and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._report.wait(left)
+        return time.monotonic() - started if self.learn_scenarios else 0.0
 
     def refused(self, zygote: Zygote, runner: Client, reason: str) -> None:
         """A zygote's fork found the cell's files differ: route that cell elsewhere (the next
@@ -336,6 +403,7 @@ class ZygotePool:
                 if self._closed:
                     started.close()
                     return None
+                started.key = key
                 self._zygotes[key].append(started)
                 return started
 
