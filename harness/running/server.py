@@ -95,6 +95,7 @@ class CellServer:
         self.cuda_chains: list[list[str]] = []  # the import chains that did, outermost module first
         self.preload_seconds: dict[str, float] = {}  # per module, in the server's last start
         self.zygote: Zygote | None = None  # the zygote the server was forked from, if it was
+        self._scenario_zygote: Zygote | None = None  # the zygote told of the running scenario
         self.refusals: list[str] = []  # why zygotes could not serve this cell
         self.running: int | None = None  # the process (group) it forked for the request running now
 
@@ -243,13 +244,16 @@ class CellServer:
             return ready
 
     def scenario_started(self) -> None:
+        # the zygote counted now is the one told at the end, though a restart may change self.zygote
+        self._scenario_zygote = self.zygote
         if self.zygotes is not None and self.zygote is not None:
             self.zygotes.scenario_started(self.zygote)
 
     def scenario_ended(self, modules: list[str]) -> None:
         """A scenario this server forked ended, having imported `modules`: its zygote's pool learns them."""
-        if self.zygotes is not None and self.zygote is not None:
-            self.zygotes.learn(self.zygote, modules)
+        zygote, self._scenario_zygote = self._scenario_zygote, None
+        if self.zygotes is not None and zygote is not None:
+            self.zygotes.learn(zygote, modules)
 
     # -- ending --------------------------------------------------------------------------------
     def _park(self) -> bool:
