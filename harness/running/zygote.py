@@ -341,15 +341,12 @@ class ZygotePool:
         """Before the first fork after a scenario of this key started: wait, FIRST_REPORT_WAIT at
         most, until one has ended and said what it imported. Never while none runs (a sweep's
         first cells, forked at once). Returns the seconds waited."""
-        started = time.monotonic()
-        deadline = started + FIRST_REPORT_WAIT
         with self._report:
-            while key not in self._reported and self._running[key] > 0 and not self._closed:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._report.wait(left)
-        return time.monotonic() - started if self.learn_scenarios else 0.0
+            if key in self._reported or self._running[key] <= 0:
+                return 0.0
+            started = time.monotonic()
+            self._report.wait_for(lambda: key in self._reported or self._running[key] <= 0 or self._closed, FIRST_REPORT_WAIT)
+            return time.monotonic() - started
 
     def refused(self, zygote: Zygote, runner: Client, reason: str) -> None:
         """A zygote's fork found the cell's files differ: route that cell elsewhere (the next
@@ -360,8 +357,9 @@ class ZygotePool:
             self.stats.refusals[reason] += 1
 
     def close(self) -> None:
-        with self._lock:
+        with self._report:
             self._closed = True
+            self._report.notify_all()  # a fork waiting for a scenario's imports gives up now
             zygotes = [z for group in self._zygotes.values() for z in group]
             self._zygotes.clear()
         for zygote in zygotes:
