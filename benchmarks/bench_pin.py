@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.analysis.pin import choose, select_tests, selects
+from harness.analysis.pin import choose
+from harness.analysis.selection import select_tests, selects
 from harness.commands.answer import answer
 from harness.storage.store import Store
 

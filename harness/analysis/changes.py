@@ -9,7 +9,14 @@ current one, as crater and PkgEval class a change:
 - *flaky*: either of those where nothing that the outcome depends on changed between the two
   runs around the change (`Depends`: the cell's resolved environment, the scenario or test
   file, the code under test): never a regression, and evidence of flakiness for pins;
+- *removed*: it left the suite: the newest sweep of its cell did not collect it (deleted,
+  renamed, deselected; `storage.collections` marks it `not_collected`);
 - *new*: not run before: a new cell (a new release a watch built) or a new test in a cell.
+
+A file that stops collecting is a regression of its own (its error, in a cell that ran before),
+carrying the tests it kept from running (`not_run`); the file collecting again is a fix,
+carrying the tests that run again. A test that was not run because its file failed is compared
+with the last run that ran it.
 
 A key whose repeats or whose statuses say nothing (not applicable, inconclusive, xfail, an env
 that did not build) on either side changes nothing here.
@@ -27,18 +34,20 @@ that did not build) on either side changes nothing here.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import pairwise
 from typing import Any, Literal
 
 from harness.analysis.rows import Machine, group_of
-from harness.analysis.status import FAILURES, Status
+from harness.analysis.status import FAILURES, NOT_COLLECTED, Status
 
-Kind = Literal["regressed", "fixed", "flaky", "new"]
+#: "not_run" is `compare`'s own: a test its file's collection error kept from running, which it
+#: counts under that error's regression (`Change.not_run`); no change of that kind leaves it.
+Kind = Literal["regressed", "fixed", "flaky", "removed", "new", "not_run"]
 #: The order a report reads them in: what broke first (crater's).
-KINDS: tuple[Kind, ...] = ("regressed", "fixed", "flaky", "new")
+KINDS: tuple[Kind, ...] = ("regressed", "fixed", "flaky", "removed", "new")
 
 
 @dataclass(frozen=True)
@@ -56,10 +65,17 @@ class Span:
     last_run: str
     first_at: datetime
     last_at: datetime
+    #: A `not_collected` mark's why (`removed`, `not_run`, `collected`: `status.NOT_COLLECTED`); "" for an outcome.
+    reason: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.machine, self.cell_id, self.test)
+
+    @property
+    def mark(self) -> bool:
+        """Not an outcome: the run of `first_run` did not collect this test (`reason` says why)."""
+        return self.status == NOT_COLLECTED
 
 
 @dataclass(frozen=True)
@@ -92,13 +108,18 @@ class Change:
     signature: str  # the failure now (regressed, flaky to a failure), or then (fixed, flaky to a pass)
     before_run: str  # the run that showed it before ("" for new)
     after_run: str  # the run that showed it first as it is now
+    #: A file that stopped collecting: the tests it kept from running; one collecting again: those that run again.
+    not_run: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "kind": self.kind, "machine": self.machine, "cell": self.cell_id, "test": self.test, "node_id": self.node,
             "before": self.before, "after": self.after, "signature": self.signature,
             "before_run": self.before_run, "after_run": self.after_run,
         }  # fmt: skip
+        if self.not_run:
+            found["tests_not_run" if self.kind == "regressed" else "tests_run_again"] = list(self.not_run)
+        return found
 
 
 @dataclass(frozen=True)
@@ -115,9 +136,22 @@ class Changes:
         """How many tests (or scenarios), on any machine (or this one) and in any cell, changed so."""
         return len({(c.machine, c.test) for c in self.of(kind) if machine is None or c.machine == machine})
 
+    def not_run(self, kind: Kind, machine: str | None = None) -> int:
+        """How many tests a file's collection error kept from running (regressed), or lets run again (fixed)."""
+        return len({(c.machine, t) for c in self.of(kind) if machine is None or c.machine == machine for t in c.not_run})
+
     def headline(self) -> str:
-        """`+3 failing, −1 fixed, 2 flaky, 1 new cell`: the counts of tests, and of new cells."""
-        parts = [f"+{self.tests('regressed'):,} failing", f"−{self.tests('fixed'):,} fixed", f"{self.tests('flaky'):,} flaky"]
+        """`+3 failing (500 tests not run), −1 fixed, 2 flaky, 1 removed, 1 new cell`: the counts of
+        tests, and of new cells."""
+        kept, again = self.not_run("regressed"), self.not_run("fixed")
+        parts = [
+            f"+{self.tests('regressed'):,} failing" + (f" ({kept:,} test{'s' if kept != 1 else ''} not run)" if kept else ""),
+            f"−{self.tests('fixed'):,} fixed" + (f" ({again:,} test{'s' if again != 1 else ''} run again)" if again else ""),
+            f"{self.tests('flaky'):,} flaky",
+        ]
+        removed = self.tests("removed")
+        if removed:
+            parts.append(f"{removed:,} removed")
         cells = len(self.new_cells)
         if cells:
             parts.append(f"{cells} new cell{'s' if cells != 1 else ''}")
@@ -162,42 +196,68 @@ def state_at(spans: Sequence[Span], moment: datetime | None) -> list[Span]:
     return [s for s in begun if s.last_at >= seen]
 
 
-def compare(spans: Iterable[Span], since: datetime, depends: DependsOn) -> Changes:
+def compare(spans: Iterable[Span], since: datetime, depends: DependsOn, known_cells: Iterable[tuple[str, str]] | None = None) -> Changes:
     """The changes from the state at `since` to the state now (`state_at`), per key, classed by
-    `depends` (what each run's outcome depended on: a flip where it is the same is flaky)."""
+    `depends` (what each run's outcome depended on: a flip where it is the same is flaky).
+    `known_cells`: the (machine, cell) with an outcome by `since` (a cell is new only if it is not
+    among them); None: those the spans show."""
     by_key: dict[tuple[str, str, str], list[Span]] = defaultdict(list)
     for span in spans:
         by_key[span.key].append(span)
     items: list[Change] = []
-    cells_before: set[tuple[str, str]] = set()
+    cells_before: set[tuple[str, str]] = set(known_cells or ())
     cells_now: set[tuple[str, str]] = set()
+    again: dict[tuple[str, str, str], list[str]] = defaultdict(list)  # (machine, cell, failure) -> tests run again
     for key, found in by_key.items():
         then, now = state_at(found, since), state_at(found, None)
-        if then:
+        if then and known_cells is None:
             cells_before.add(key[:2])
-        if now:
+        if now and not _marked(now):
             cells_now.add(key[:2])
-        change = _change(then, now, depends)
+        last = _newest(then) if then else None
+        if last is not None and last.mark and last.reason == "not_run" and now and not _marked(now):
+            again[(key[0], key[1], last.signature)].append(key[2])
+        change = _change(then, now, state_at([s for s in found if not s.mark], since), depends)
         if change is not None:
             items.append(change)
+    items = _not_run(items, again)
     items.sort(key=lambda c: (KINDS.index(c.kind), c.machine, c.signature, c.test, c.cell_id))
     return Changes(tuple(items), tuple(sorted(cells_now - cells_before)))
 
 
-def _change(then: Sequence[Span], now: Sequence[Span], depends: DependsOn) -> Change | None:
+def _marked(spans: Sequence[Span]) -> bool:
+    """The key's state is a `not_collected` mark: it is not part of the suite then."""
+    return bool(spans) and _newest(spans).mark
+
+
+def _newest(spans: Sequence[Span]) -> Span:
+    return max(spans, key=lambda s: (s.last_at, s.last_run))
+
+
+def _change(then: Sequence[Span], now: Sequence[Span], ran: Sequence[Span], depends: DependsOn) -> Change | None:
+    """One key's change: `then` and `now` its state at the moment and now, `ran` its last state by
+    the moment that was an outcome (not a mark)."""
     if not now:
         return None
-    newest = max(now, key=lambda s: (s.last_at, s.last_run))
+    newest = _newest(now)
+    if newest.mark:
+        return _left(then, newest, ran)
+    if then and _newest(then).mark:
+        mark = _newest(then)
+        if mark.reason == "removed":
+            then = []  # left the suite and came back: a new test
+        elif mark.reason == "collected":
+            then = [replace(mark, status=Status.PASS, signature="")]  # the file collected cleanly then
+        else:
+            then = ran  # not run then (its file failed): as it was when it last ran
     after, signature = fold(now)
     if not then:
-        return Change(
-            "new", newest.machine, newest.cell_id, newest.test, newest.node, "", after or _word(now), signature, "", newest.first_run
-        )
+        return _of("new", newest, "", after or _word(now), signature, "", newest.first_run)
     before, old_signature = fold(then)
     if not before or not after or (before, old_signature) == (after, signature):
         return None  # says nothing on one side, or the same
     # the runs around the change: the last that showed it as it was, the first that showed it as it is
-    was = max(then, key=lambda s: (s.last_at, s.last_run))
+    was = _newest(then)
     moved = [s for s in now if s not in then] or list(now)
     began = min(moved, key=lambda s: (s.first_at, s.first_run))
     old = depends(was.last_run, was.cell_id, was.node)
@@ -205,7 +265,53 @@ def _change(then: Sequence[Span], now: Sequence[Span], depends: DependsOn) -> Ch
     steady = old is not None and new is not None and old.same_as(new)
     kind: Kind = "flaky" if steady else ("fixed" if after == "pass" else "regressed")
     shown = signature if after == "fail" else old_signature
-    return Change(kind, newest.machine, newest.cell_id, newest.test, newest.node, before, after, shown, was.last_run, began.first_run)
+    return _of(kind, newest, before, after, shown, was.last_run, began.first_run)
+
+
+def _of(kind: Kind, span: Span, before: str, after: str, signature: str, before_run: str, after_run: str) -> Change:
+    return Change(kind, span.machine, span.cell_id, span.test, span.node, before, after, signature, before_run, after_run)
+
+
+def _left(then: Sequence[Span], mark: Span, ran: Sequence[Span]) -> Change | None:
+    """A key that the newest collection of its cell left out (`mark`), against how it was then."""
+    if not ran:
+        return None  # it never ran by the moment: it came and went since
+    before, old_signature = fold(ran)
+    was = _newest(ran)
+    if then and _newest(then).mark:
+        # out of the suite then already: a test its file kept from running, now gone for good, was removed
+        if not (_newest(then).reason == "not_run" and mark.reason == "removed"):
+            return None
+    elif mark.reason == "not_run":
+        return _of("not_run", mark, before, "", mark.signature, was.last_run, mark.first_run)
+    elif mark.reason == "collected":
+        return _of("fixed", mark, before, "pass", old_signature, was.last_run, mark.first_run) if before == "fail" else None
+    return _of("removed", mark, before or _word(ran), "", old_signature, was.last_run, mark.first_run)
+
+
+def _not_run(items: list[Change], again: Mapping[tuple[str, str, str], list[str]]) -> list[Change]:
+    """The tests a file's collection error kept from running, on the error's own change (a new
+    failing file in a cell that ran before is a regression), and those that run again on its fix."""
+    kept: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for c in items:
+        if c.kind == "not_run":
+            kept[(c.machine, c.cell_id, c.signature, c.after_run)].append(c.test)
+    found: list[Change] = []
+    for c in items:
+        key = (c.machine, c.cell_id, c.signature, c.after_run)
+        if c.kind in ("regressed", "new") and c.after == "fail" and key in kept:
+            found.append(replace(c, kind="regressed", not_run=tuple(sorted(kept.pop(key)))))
+        elif c.kind == "fixed" and (c.machine, c.cell_id, c.signature) in again:
+            found.append(replace(c, not_run=tuple(sorted(again[(c.machine, c.cell_id, c.signature)]))))
+        elif c.kind != "not_run":
+            found.append(c)
+    # tests kept from running by a failure that is no change of its own (it failed before already): as it is
+    found += [
+        replace(c, kind="regressed", after="not run")
+        for c in items
+        if c.kind == "not_run" and (c.machine, c.cell_id, c.signature, c.after_run) in kept
+    ]
+    return found
 
 
 def _word(spans: Sequence[Span]) -> str:
@@ -259,6 +365,7 @@ class Group:
     tests: list[str] = field(default_factory=list)
     cells: set[str] = field(default_factory=set)
     runs: set[tuple[str, str]] = field(default_factory=set)
+    not_run: set[str] = field(default_factory=set)  # tests a collection error kept from running (or that run again)
 
 
 def groups(changes: Changes) -> list[Group]:
@@ -274,6 +381,7 @@ def groups(changes: Changes) -> list[Group]:
             group.tests.append(c.node)
         group.cells.add(c.cell_id)
         group.runs.add((c.before_run, c.after_run))
+        group.not_run.update(c.not_run)
     return sorted(found.values(), key=lambda g: (KINDS.index(g.kind), g.machine, -len(g.tests), g.group, g.signature))
 
 

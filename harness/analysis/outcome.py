@@ -15,7 +15,7 @@ from harness.analysis.redact import mask
 from harness.analysis.signature import status_signature
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, NO_EVIDENCE, Status
 
-__all__ = ["ENV_PROBLEMS", "FAILURES", "NO_EVIDENCE", "CellRecord", "Outcome", "Status", "env_outcome", "scenario_outcome"]
+__all__ = ["ENV_PROBLEMS", "FAILURES", "NO_EVIDENCE", "CellRecord", "Collection", "Outcome", "Status", "env_outcome", "scenario_outcome"]
 
 
 @dataclass
@@ -72,6 +72,23 @@ class CellRecord:
     cuda_runtime: str = ""  # torch.version.cuda in the cell ("" for a CPU build)
     python_version: str = ""  # the cell interpreter's own version (3.11.7): part of its machine class
     origin: str = "matrix"  # "matrix", or "refine" for a cell a refinement built to narrow a range
+
+
+@dataclass
+class Collection:
+    """What one sweep of a suite collected in one cell: the suite's current state there.
+
+    Every test of `tests` (identities, as outcomes key them) is in the run's selection, run here
+    or by another shard of a cut cell; a file that failed to collect is in `tests` and `errors`
+    (its node id -> its signature). A test that an earlier run of the cell ran, within a
+    selection this one covers (`selection.covers`), and that is not here has left the current
+    state (`storage.collections`)."""
+
+    run_id: str
+    cell_id: str
+    selection: dict[str, Any]  # {"paths": [...], "k": "...", "m": "..."}: what the worker was given
+    tests: list[str]
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 # -- making outcomes -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ scenario that fails in every candidate. The evidence names the machines it passe
 
 The known-good set (`known_good_sets`) is chosen per machine class, over the scenarios that
 pass somewhere on that class: a scenario that cannot run there (it needs a GPU, or two) is
-never counted against it. A selection of tests (`select_tests`: node ids, files, classes,
+never counted against it. A selection of tests (`selection.select_tests`: node ids, files, classes,
 folders) expands to the stored node ids it names. Writing the chosen set out for people to
 install (requirements.txt, constraints.txt, pylock.toml, the pip and uv lines) is `analysis.export`'s.
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import re
-from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -741,99 +740,6 @@ def describe_names(names: Sequence[str]) -> str:
         return f"{len(names)} scenarios ({', '.join(names[:3])}, …)"
     where = ", ".join(groups) if len(groups) <= 3 else f"{len(groups)} files or classes"
     return f"{len(names)} tests in {where}"
-
-
-def _selector(text: str) -> str:
-    return text.strip().replace("\\", "/").removeprefix("./")
-
-
-def selects(selector: str, name: str) -> bool:
-    """Whether a selection names this stored scenario or test node id, as pytest would read it.
-
-    A node id, a file (`tests/test_x.py`), a class (`tests/test_x.py::TestX`), a test with all
-    its parametrizations (`tests/test_x.py::test_f`), a folder (`tests/`), or a scenario's name.
-    """
-    chosen = _selector(selector).rstrip("/")
-    if name == chosen or name.startswith((f"{chosen}::", f"{chosen}[")):
-        return True
-    return "::" not in chosen and name.split("::", 1)[0].startswith(f"{chosen}/")
-
-
-_MARKER_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not\b|[A-Za-z_][\w.]*)")
-
-
-def marker_matches(expression: str, markers: set[str]) -> bool:
-    """pytest's `-m` expression (marker names with and, or, not, parentheses) against a test's markers.
-
-    >>> marker_matches("gpu and not slow", {"gpu"}), marker_matches("gpu and not slow", {"gpu", "slow"})
-    (True, False)
-    >>> marker_matches("(a or b) and not c", {"b"})
-    True
-    """
-    words, at = [], 0
-    while at < len(expression.rstrip()):
-        m = _MARKER_TOKEN.match(expression, at)
-        if not m:
-            left = expression[at:].strip()
-            raise ValueError(f"-m {expression!r}: unexpected {left!r}; use marker names with and, or, not and parentheses")
-        token = m.group(1)
-        words.append(token if token in ("(", ")", "and", "or", "not") else str(token in markers))
-        at = m.end()
-    try:
-        # only True, False, and, or, not and parentheses are left: nothing to run but logic
-        return bool(eval(" ".join(words), {"__builtins__": {}}, {}))
-    except SyntaxError:
-        raise ValueError(f"-m {expression!r} is not a marker expression; e.g. -m 'gpu and not slow'") from None
-
-
-def select_tests(stored: Iterable[str], selectors: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the stored names the selectors choose, in stored order; the selectors that chose nothing).
-
-    A file's own node id (`tests/test_x.py`, stored when the file could not be collected in some
-    cell) is chosen only when the file has no test stored: its tests are what a pin must pass,
-    and a cell where it could not be collected already lacks their outcomes.
-
-    >>> stored = ["t/test_a.py::TestX::test_1[0]", "t/test_a.py::TestX::test_1[1]", "t/test_a.py::test_2"]
-    >>> stored += ["t/test_b.py::test_3", "t/test_b.py"]
-    >>> select_tests(stored, ["t/test_a.py::TestX"])
-    (['t/test_a.py::TestX::test_1[0]', 't/test_a.py::TestX::test_1[1]'], [])
-    >>> select_tests(stored, ["t/test_b.py", "t/test_c.py"])
-    (['t/test_b.py::test_3'], ['t/test_c.py'])
-    """
-    names = list(dict.fromkeys(stored))
-    with_tests = {n.split("::", 1)[0] for n in names if "::" in n}
-    ordered = sorted(names)
-    chosen: set[str] = set()
-    empty = []
-    for selector in selectors:
-        found = [n for n in _selected(ordered, selector) if "::" in n or n not in with_tests]
-        if not found:
-            empty.append(selector)
-        chosen.update(found)
-    return [n for n in names if n in chosen], empty
-
-
-def _selected(ordered: Sequence[str], selector: str) -> list[str]:
-    """The names in sorted `ordered` that `selects(selector, name)` chooses.
-
-    Every name a selector chooses is the selector itself or starts with one of its prefixes, so
-    each is a run of the sorted list: a lookup per selector, not a scan of every name (an `-m`
-    over a 20,000-test suite hands thousands of node ids here).
-    """
-    chosen = _selector(selector).rstrip("/")
-    prefixes = [f"{chosen}::", f"{chosen}["] + ([] if "::" in chosen else [f"{chosen}/"])
-    found = [chosen] if _contains(ordered, chosen) else []
-    for prefix in prefixes:
-        at = bisect_left(ordered, prefix)
-        while at < len(ordered) and ordered[at].startswith(prefix):
-            found.append(ordered[at])
-            at += 1
-    return [n for n in found if selects(selector, n)]
-
-
-def _contains(ordered: Sequence[str], name: str) -> bool:
-    at = bisect_left(ordered, name)
-    return at < len(ordered) and ordered[at] == name
 
 
 # -- machine classes ---------------------------------------------------------------------------

@@ -44,6 +44,12 @@ class Status(enum.StrEnum):
         return self in ENV_PROBLEMS
 
 
+#: Not an outcome: the mark a results file's history keeps where a test left a suite's current
+#: state because a newer sweep of its cell did not collect it (`storage.collections`). Such a row
+#: is never current, and no answer reads it as a status; its `exception_type` says why:
+#: `removed`, `not_run` (its file failed to collect: the row carries that failure's signature) or
+#: `collected` (a file's collection error, or an env's failure, that the newer run no longer met).
+NOT_COLLECTED = "not_collected"
 #: A failure of the code path under test. Members compare equal to their text ("error").
 FAILURES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, Status.OOM})
 #: The environment could not be built: nothing was run.

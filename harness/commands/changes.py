@@ -31,7 +31,13 @@ if TYPE_CHECKING:  # DuckDB is imported where a command reads a file, not when t
 EXIT_OK = 0
 #: Lines of one kind shown in text and markdown (`--json` lists every change).
 SHOWN = 20
-_TITLES = {"regressed": "Started failing", "fixed": "Fixed", "flaky": "Flaky (flipped with nothing changed)", "new": "New tests"}
+_TITLES = {
+    "regressed": "Started failing",
+    "fixed": "Fixed",
+    "flaky": "Flaky (flipped with nothing changed)",
+    "removed": "Removed (not collected by the newest run)",
+    "new": "New tests",
+}
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,8 @@ def changes_of(store: SqlResultsFile, since: str = "") -> Report | None:
     base = history.baseline(store, since)
     if base is None:
         return None
-    found = compare(history.spans_since(store, base.run.started_at), base.run.started_at, history.depends(store.fetch))
+    moment = base.run.started_at
+    found = compare(history.spans_since(store, moment), moment, history.depends(store.fetch), history.cells_by(store, moment))
     return Report(base, found, history.depth(store))
 
 
@@ -174,8 +181,10 @@ def _line(group: Group) -> str:
     cells = f"{len(group.cells)} cell(s)" if len(group.cells) > 1 else next(iter(group.cells))
     signature = f": {group.signature}" if group.signature else ""
     runs = sorted(group.runs)[0]
-    when = f" ({runs[0]} → {runs[1]})" if group.kind != "new" and runs[0] else ""
-    return f"{what}{signature}, in {cells}{when}"
+    when = "" if group.kind == "new" else f" ({runs[0]} → {runs[1]})" if runs[0] else f" (in {runs[1]})" if runs[1] else ""
+    kept = len(group.not_run)
+    held = f"; {kept:,} test{'s' if kept != 1 else ''} {'not run' if group.kind == 'regressed' else 'run again'}" if kept else ""
+    return f"{what}{signature}, in {cells}{when}{held}"
 
 
 def sections(report: Report) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -32,13 +32,12 @@ from harness.analysis.pin import (
     choose,
     find_machine,
     machine_classes,
-    marker_matches,
     newest_machine,
-    select_tests,
     with_evidence,
 )
 from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
+from harness.analysis.selection import marker_matches, select_tests
 from harness.analysis.status import Status
 from harness.commands import flags
 from harness.commands.answer import answer

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.analysis import outcome
 from harness.analysis.interpret import Interpretation, RawRun, interpret
-from harness.analysis.outcome import Outcome
+from harness.analysis.outcome import Collection, Outcome
 from harness.analysis.status import Status
 from harness.errors import BadInput
 from harness.inputs.scenarios import Scenario, applicability
@@ -120,13 +120,21 @@ class SuiteTally:
     with BadInput and nothing of the suite is stored in the cell. A selection that keeps no test
     of those collected is no outcome (no node id ran; a rerun runs the collection again and says
     it again): `end` notes it on the sweep's lists, for its exit status.
+
+    What the run collected goes to `collected` once (`Collection`): the selection's tests and the
+    files that failed to collect, when pytest took the selection; or, where a worker died before
+    it collected anything, the worker's crash alone (no test of the cell ran).
     """
 
-    def __init__(self, cell_id: str, suite: Suite) -> None:
-        self.cell_id, self.suite = cell_id, suite
+    def __init__(self, run_id: str, cell_id: str, suite: Suite, collected: Callable[[Collection], None] | None = None) -> None:
+        self.run_id, self.cell_id, self.suite = run_id, cell_id, suite
         self.selection: dict[str, Any] = {}
         self.held: list[Outcome] = []
         self.outcomes = 0
+        self.collected = collected
+        self.errors: dict[str, str] = {}  # files that failed to collect: node id -> signature
+        self.died: Outcome | None = None  # the worker's crash before it ran a test
+        self.recorded = False
 
     def take(self, event: dict[str, Any], found: Outcome | None) -> list[Outcome]:
         """The outcomes to store now, in order (none while a collection error waits)."""
@@ -139,6 +147,12 @@ class SuiteTally:
             )
         if kind in ("selection", "collected"):
             self.selection = self.selection or event  # "collected" alone: pytest stopped it after collecting (a node id not found)
+        if kind == "collect_error" and found is not None:
+            self.errors[found.scenario] = found.signature or found.status.value
+        if kind == "worker_died" and found is not None:
+            self.died = found
+        if kind == "selection" and isinstance(event.get("tests"), list):
+            self._record([str(t) for t in event["tests"]], self.errors)
         if found is not None:
             self.held.append(found)
         if kind == "collect_error" and not self.selection:
@@ -150,6 +164,8 @@ class SuiteTally:
     def end(self, empty: list[str], uncollected: list[str], *, stopped: bool) -> None:
         """After the suite's last event: held errors are already out (the child's "imported" comes
         last); a selection of no test noted on `empty`, no collection at all on `uncollected`."""
+        if not stopped and self.died is not None and not self.selection:
+            self._record([self.died.scenario], {self.died.scenario: self.died.signature or self.died.status.value})
         if stopped or self.outcomes:
             return
         if self.selection.get("event") == "selection" and not int(self.selection.get("selected", 0)):
@@ -160,6 +176,13 @@ class SuiteTally:
                 f"{self.cell_id}: pytest ended before it collected the suite (no test ran); "
                 f"run `python -m pytest --collect-only` in {self.suite.root} with the cell's interpreter to see why"
             )
+
+    def _record(self, tests: list[str], errors: dict[str, str]) -> None:
+        if self.collected is None or self.recorded:
+            return  # a worker started again after a crash collects the same selection
+        self.recorded = True
+        selection = {"paths": list(self.suite.paths), "k": self.suite.keyword, "m": self.suite.marker}
+        self.collected(Collection(self.run_id, self.cell_id, selection, [*tests, *(e for e in errors if e not in tests)], dict(errors)))
 
     def words(self) -> str:
         """The selection as the command line gives it: -k 'x' -m 'y', else the paths."""

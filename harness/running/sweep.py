@@ -29,7 +29,7 @@ from typing import Any, Protocol, cast
 
 from harness import __version__
 from harness.analysis import outcome, versions
-from harness.analysis.outcome import CellRecord, Outcome
+from harness.analysis.outcome import CellRecord, Collection, Outcome
 from harness.analysis.redact import mask, secret_values
 from harness.errors import BadInput
 from harness.inputs.candidates import (
@@ -786,7 +786,7 @@ class Sweep:
             return [self._emit(here, cell)]
         done = [s for c, s, r in self.store.done_keys(self.plan.run_id) if c == cell.id]
         made: list[Outcome] = []
-        tally = SuiteTally(cell.id, here)  # an -m pytest refuses: BadInput, and nothing of the suite stored here
+        tally = SuiteTally(self.plan.run_id, cell.id, here, self._record_collection)  # an -m pytest refuses: BadInput, nothing stored
         for found in self.checks.suite(runner, cell.id, here, request_env, done, tally):
             if not self._stopping.is_set():
                 with self._lock:
@@ -796,6 +796,10 @@ class Sweep:
         # a selection of no test, said at the end
         tally.end(self.ledger.suites_empty, self.ledger.suites_uncollected, stopped=self._stopping.is_set())
         return made
+
+    def _record_collection(self, collection: Collection) -> None:
+        with self._lock:
+            self.store.record_collection(collection)
 
     def _run_one(
         self, runner: CellRunner, cell: Cell, scenario: Scenario, repeat: int, env: EnvResult, gpu_count: int, request_env: dict[str, str]

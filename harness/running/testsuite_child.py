@@ -9,7 +9,8 @@ line without a result, and the next worker is told to leave out every test alrea
 Events, one JSON object a line:
     {"event": "collected", "nodeids": [...]}
     {"event": "collect_error", "nodeid": "tests/test_x.py", "exception_type", "message", "frames", "traceback"}
-    {"event": "selection", "collected": N, "selected": M}   N collected before -k/-m; M kept (done ones included)
+    {"event": "selection", "collected": N, "selected": M, "tests": [...]}   N collected before -k/-m; M kept (done
+        ones and a shard's cut included), and the identities of those M: what the run collected (`harness changes`)
     {"event": "to_split", "nodeids": [...]}   a shard's cut cell: the selection, then the worker waits for the keep file
     {"event": "usage_error", "message": ...}   pytest refused the selection (an -m naming an unknown marker)
     {"event": "start", "nodeid": ..., "test_id": ...}
@@ -206,6 +207,7 @@ class Plugin:
         self.seconds: dict[str, float] = {}
         self.markers: dict[str, list[str]] = {}  # node id -> its marker names (what `harness pin -m` selects on)
         self.resumed = 0  # tests of the selection left out because they are done
+        self.left: list[str] = []  # their node ids (and a shard's cut): still part of the selection
         self.identities: dict[str, str] = {}  # node id -> its identity, where the two differ (`test_identity`)
 
     def emit(self, **event: Any) -> None:
@@ -218,6 +220,7 @@ class Plugin:
             return  # done tests leave after the shard's cut (`_shard_cut`): the cut needs the whole selection
         left = [item for item in items if item.nodeid in self.skip]
         self.resumed = len(left)  # done already: still part of the selection (`_selection_guard`)
+        self.left = [item.nodeid for item in left]
         if left:
             items[:] = [item for item in items if item.nodeid not in self.skip]
             config.hook.pytest_deselected(items=left)
@@ -341,7 +344,8 @@ def _selection_guard(pytest: Any, plugin: Plugin) -> object:
             if isinstance(error, pytest.UsageError):
                 plugin.emit(event="usage_error", message=str(error))
             elif error is None:
-                plugin.emit(event="selection", collected=collected, selected=len(items) + plugin.resumed)
+                tests = [plugin.identities.get(n, n) for n in [item.nodeid for item in items] + plugin.left]
+                plugin.emit(event="selection", collected=collected, selected=len(items) + plugin.resumed, tests=tests)
 
     return Selection()
 
@@ -366,6 +370,7 @@ def _shard_cut(pytest: Any, plugin: Plugin) -> object:
             run = [item for item in items if item.nodeid in keep and item.nodeid not in plugin.skip]
             left = [item for item in items if item.nodeid not in keep or item.nodeid in plugin.skip]
             plugin.resumed = len(left)
+            plugin.left = [item.nodeid for item in left]
             if left:
                 items[:] = run
                 config.hook.pytest_deselected(items=left)

@@ -22,6 +22,21 @@ _FILTER_COLUMNS = frozenset({"run_id", "cell_id", "scenario", "status", "platfor
 FAILING = ", ".join(f"'{s}'" for s in sorted(FAILURES))
 NOT_A_FAILURE = f"status NOT IN ('{Status.PASS}', '{Status.NOT_APPLICABLE}', '{Status.INCONCLUSIVE}', '{Status.XFAIL}', '{Status.XPASS}')"
 
+#: The machine of an outcome, from its cell (`c`) and its run (`r`): platform, accelerator, GPU
+#: count, the cell interpreter's Python (major.minor) and the CUDA runtime of its torch build, as
+#: `analysis.rows.machine_of` and `machine_class` read them.
+MACHINE_SQL = r"""concat_ws('|',
+    COALESCE(r.host->>'platform', ''), COALESCE(r.host->>'gpu', ''), COALESCE(r.host->>'gpu_count', ''),
+    COALESCE(NULLIF(regexp_extract(COALESCE(c.python_version, ''), '^\d+\.\d+'), ''),
+             NULLIF(regexp_extract(COALESCE(c.python, ''), '^\d+\.\d+'), ''),
+             regexp_extract(COALESCE(r.host->>'python', ''), '^\d+\.\d+')),
+    COALESCE(NULLIF(c.cuda_runtime, ''),
+             regexp_replace(regexp_extract(COALESCE(c.installed->>'torch', ''), '\+cu(\d+)$', 1), '(\d)$', '.\1')))"""
+#: A test's identity across the suite's releases (the node id where none was stored), as `outcomes_v.test_id`.
+TEST_SQL = "COALESCE(NULLIF({a}.test_id, ''), {a}.scenario)"
+#: Before every run: the time of a row whose run the file does not hold.
+EPOCH = "TIMESTAMP '1970-01-01'"
+
 
 def decode(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
     """`rows` with their JSON text `columns` decoded, in place ("" or NULL: {})."""

@@ -36,23 +36,14 @@ import duckdb
 
 from harness.analysis.changes import Depends, DependsOn, Span, flaky_flips
 from harness.analysis.rows import json_map
+from harness.analysis.status import NOT_COLLECTED
 from harness.errors import BadInput
+from harness.storage import collections
+from harness.storage.clauses import EPOCH as _EPOCH
+from harness.storage.clauses import MACHINE_SQL, TEST_SQL
 from harness.storage.resultsfile import SqlResultsFile
 
-#: The machine of an outcome, from its cell (`c`) and its run (`r`): platform, accelerator, GPU
-#: count, the cell interpreter's Python (major.minor) and the CUDA runtime of its torch build, as
-#: `analysis.rows.machine_of` and `machine_class` read them.
-MACHINE_SQL = r"""concat_ws('|',
-    COALESCE(r.host->>'platform', ''), COALESCE(r.host->>'gpu', ''), COALESCE(r.host->>'gpu_count', ''),
-    COALESCE(NULLIF(regexp_extract(COALESCE(c.python_version, ''), '^\d+\.\d+'), ''),
-             NULLIF(regexp_extract(COALESCE(c.python, ''), '^\d+\.\d+'), ''),
-             regexp_extract(COALESCE(r.host->>'python', ''), '^\d+\.\d+')),
-    COALESCE(NULLIF(c.cuda_runtime, ''),
-             regexp_replace(regexp_extract(COALESCE(c.installed->>'torch', ''), '\+cu(\d+)$', 1), '(\d)$', '.\1')))"""
-#: A test's identity across the suite's releases (the node id where none was stored), as `outcomes_v.test_id`.
-TEST_SQL = "COALESCE(NULLIF({a}.test_id, ''), {a}.scenario)"
 _KEY = ("run_id", "cell_id", "scenario", "repeat")
-_EPOCH = "TIMESTAMP '1970-01-01'"
 
 
 def _match(a: str, b: str) -> str:
@@ -110,6 +101,7 @@ def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str,
             )
             SELECT machine, cell_id, test, repeat,
                    arg_max_null(run_id, (t, run_id)) AS run_id, arg_max_null(scenario, (t, run_id)) AS scenario,
+                   arg_max_null(status, (t, run_id)) AS status,
                    arg_max_null(src, (t, run_id)) AS src, max(t) AS t,
                    arg_min(COALESCE(first_run, run_id), (ft, run_id)) AS first_run,
                    arg_max_null(COALESCE(seconds_before, seconds_prior), (t, run_id)) AS seconds_before
@@ -118,7 +110,7 @@ def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str,
         f"""
         CREATE OR REPLACE TEMP TABLE _settle_keep AS
         WITH kept AS ({islands})
-        SELECT k.*, k.run_id = n.newest AS current
+        SELECT k.* EXCLUDE (status), k.run_id = n.newest AND k.status <> '{NOT_COLLECTED}' AS current
         FROM kept k JOIN (SELECT machine, cell_id, test, arg_max(run_id, (t, run_id)) AS newest FROM kept GROUP BY ALL) n
         USING (machine, cell_id, test)
         """
@@ -126,26 +118,42 @@ def _select(con: duckdb.DuckDBPyConnection, sources: dict[str, str], cells: str,
     con.execute("DROP TABLE _settle_raw")
 
 
-def _touch(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]]) -> int:
+def _touch(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]], cells: Iterable[str] = ()) -> int:
+    """Temp table `_touched` (cell_id, test): `keys`, and every key of `cells` (whose collection a
+    write brought: each of their tests may have left)."""
     con.execute("CREATE OR REPLACE TEMP TABLE _touched (cell_id TEXT, test TEXT)")
     rows = sorted(set(keys))
     for start in range(0, len(rows), 500):
         chunk = rows[start : start + 500]
         con.execute(f"INSERT INTO _touched VALUES {', '.join('(?, ?)' for _ in chunk)}", [v for row in chunk for v in row])
-    return len(rows)
+    whole = sorted(set(cells))
+    if whole:
+        marks, test = ", ".join("?" for _ in whole), TEST_SQL.format(a="x")
+        for table in ("outcomes", "history"):
+            con.execute(
+                f"INSERT INTO _touched SELECT DISTINCT x.cell_id, {test} FROM main.{table} x WHERE x.cell_id IN ({marks}) "
+                "EXCEPT SELECT cell_id, test FROM _touched",
+                whole,
+            )
+    found = con.execute("SELECT count(*) FROM _touched").fetchone()
+    return int(found[0]) if found else 0
 
 
 # -- writers -----------------------------------------------------------------------------------
-def settle(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]] | None = None) -> None:
+def settle(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]] | None = None, cells: Iterable[str] = ()) -> None:
     """Keep `outcomes` the current state and `history` its spans, for the (cell, test) `keys` a
-    write touched (None: every key of the file). Runs inside the caller's transaction.
+    write touched and every key of `cells` (whose collection it brought); `keys` None: every key
+    of the file. Runs inside the caller's transaction.
 
-    Rows no longer current move to `history`; a row whose outcome equals the one just before it
-    (same machine, cell, test and repeat) is merged into it: the newer row stays and takes the
-    span's `first_run`. Idempotent: settling settled keys changes nothing."""
+    A test a newer collection of its cell left out gets its `not_collected` mark first
+    (`collections.leave`): it is then no longer current. Rows no longer current move to
+    `history`; a row whose outcome equals the one just before it (same machine, cell, test and
+    repeat) is merged into it: the newer row stays and takes the span's `first_run`.
+    Idempotent: settling settled keys changes nothing."""
     touched = keys is not None
-    if touched and not _touch(con, keys or ()):
+    if touched and not _touch(con, keys or (), cells):
         return
+    collections.leave(con, touched)
     _select(con, {"o": "main.outcomes", "h": "main.history"}, "main.cells", "main.runs", touched=touched)
     on = _match("x", "s")
     updated = "x.* REPLACE (s.first_run AS first_run, s.seconds_before AS seconds_before)"
@@ -362,13 +370,25 @@ def _date(text: str, found: list[Run]) -> datetime:
 
 def spans_since(store: SqlResultsFile, moment: datetime) -> list[Span]:
     """Every span, current and history, of the (machine, cell, test) keys whose current state
-    began after `moment`: all that can differ from the state then (`analysis.changes.compare`)."""
-    test = TEST_SQL.format(a="o")
+    began after `moment`, or that left the suite after it (a `not_collected` mark): all that can
+    differ from the state then (`analysis.changes.compare`)."""
+    test, marked = TEST_SQL.format(a="o"), TEST_SQL.format(a="h")
     moved = (
         f"SELECT DISTINCT o.cell_id, {test} AS test FROM outcomes o "
         "JOIN runs f ON f.run_id = COALESCE(o.first_run, o.run_id) WHERE f.started_at > ?"
+        f" UNION SELECT DISTINCT h.cell_id, {marked} AS test FROM history h JOIN runs f ON f.run_id = COALESCE(h.first_run, h.run_id) "
+        f"WHERE h.status = '{NOT_COLLECTED}' AND f.started_at > ?"
     )
-    return _spans(store.fetch, moved, [moment])
+    return _spans(store.fetch, moved, [moment, moment])
+
+
+def cells_by(store: SqlResultsFile, moment: datetime) -> set[tuple[str, str]]:
+    """The (machine, cell) that a run started by `moment` built: a cell is new only where none did
+    (its rows may all have moved on since, and `spans_since` reads only the keys that changed)."""
+    rows = store.fetch(
+        f"SELECT DISTINCT {MACHINE_SQL} AS machine, c.cell_id FROM cells c JOIN runs r USING (run_id) WHERE r.started_at <= ?", [moment]
+    )
+    return {(str(r["machine"]), str(r["cell_id"])) for r in rows}
 
 
 def _spans(fetch: Fetch, keys: str, params: list[Any]) -> list[Span]:
@@ -377,10 +397,11 @@ def _spans(fetch: Fetch, keys: str, params: list[Any]) -> list[Span]:
         f"""
         WITH k AS ({keys}),
         x AS (
-            SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id FROM outcomes
-            UNION ALL SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id FROM history
+            SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id, '' AS reason FROM outcomes
+            UNION ALL SELECT run_id, cell_id, scenario, repeat, status, signature, first_run, test_id,
+                             CASE WHEN status = '{NOT_COLLECTED}' THEN COALESCE(exception_type, '') ELSE '' END FROM history
         )
-        SELECT {MACHINE_SQL} AS machine, x.cell_id, {test} AS test, x.scenario AS node, x.repeat, x.status,
+        SELECT {MACHINE_SQL} AS machine, x.cell_id, {test} AS test, x.scenario AS node, x.repeat, x.status, x.reason,
                COALESCE(x.signature, '') AS signature, COALESCE(x.first_run, x.run_id) AS first_run, x.run_id AS last_run,
                COALESCE(f.started_at, r.started_at) AS first_at, r.started_at AS last_at
         FROM x SEMI JOIN k ON x.cell_id = k.cell_id AND {test} = k.test

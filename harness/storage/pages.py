@@ -28,7 +28,7 @@ def run_summaries(store: SqlResultsFile) -> list[dict[str, Any]]:
                    count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios
             FROM (
                 SELECT run_id, cell_id, scenario, started_at FROM outcomes
-                UNION ALL SELECT run_id, cell_id, scenario, started_at FROM history
+                UNION ALL SELECT run_id, cell_id, scenario, started_at FROM history WHERE status <> 'not_collected'
             ) GROUP BY run_id
         )
         SELECT r.run_id, r.host->>'platform' AS platform, r.host->>'gpu' AS gpu, r.harness_version,
@@ -150,7 +150,7 @@ def failure_summaries(store: SqlResultsFile, filters: Filters | None = None) -> 
 #: (a bisection's rows are never merged into another run's span: `history._select`).
 _BISECTIONS = (
     "SELECT * FROM outcomes_v WHERE starts_with(run_id, 'bisect-') "
-    "UNION ALL BY NAME SELECT * EXCLUDE (first_run) FROM history_v WHERE starts_with(run_id, 'bisect-')"
+    "UNION ALL BY NAME SELECT * EXCLUDE (first_run) FROM history_v WHERE starts_with(run_id, 'bisect-') AND status <> 'not_collected'"
 )
 
 

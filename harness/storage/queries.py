@@ -20,14 +20,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from harness.analysis.rows import as_tests
+from harness.analysis.status import NOT_COLLECTED
 from harness.storage import clauses
 from harness.storage.clauses import Filters
 from harness.storage.resultsfile import SqlResultsFile
 
-#: Every stored outcome row, the current state's and the history's (columns both have).
+#: Every stored outcome row, the current state's and the history's (columns both have); not the
+#: history's marks of tests a run did not collect (`status.NOT_COLLECTED`), which are no outcome.
 _EVERY_ROW = (
     "SELECT run_id, cell_id, scenario, repeat, status, started_at FROM outcomes UNION ALL "
-    "SELECT run_id, cell_id, scenario, repeat, status, started_at FROM history"
+    f"SELECT run_id, cell_id, scenario, repeat, status, started_at FROM history WHERE status <> '{NOT_COLLECTED}'"
 )
 
 
@@ -94,7 +96,7 @@ def mark_flaky(store: SqlResultsFile, rows: list[dict[str, Any]]) -> list[dict[s
 #: later run), for the cells it ran on its machine; each with the run's id.
 _RUN_STATE = """
     WITH r AS (SELECT started_at AS at, host->>'gpu' AS gpu, host->>'platform' AS platform FROM runs WHERE run_id = ?),
-    v AS (SELECT * FROM outcomes_v UNION ALL BY NAME SELECT * FROM history_v)
+    v AS (SELECT * FROM outcomes_v UNION ALL BY NAME SELECT * FROM history_v WHERE status <> 'not_collected')
     SELECT v.* REPLACE (?::VARCHAR AS run_id) FROM v
     LEFT JOIN runs f ON f.run_id = v.first_run LEFT JOIN runs l ON l.run_id = v.run_id LEFT JOIN r ON true
     WHERE v.run_id = ? OR (

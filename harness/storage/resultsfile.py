@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
-    from harness.analysis.outcome import CellRecord, Outcome
+    from harness.analysis.outcome import CellRecord, Collection, Outcome
 
 
 class ResultsFile(Protocol):
@@ -44,6 +44,10 @@ class ResultsFile(Protocol):
         ...
 
     def record_releases(self, run_id: str, releases: dict[str, list[tuple[str, datetime | None]]]) -> int: ...
+    def record_collection(self, rec: Collection) -> None:
+        """What a suite's run collected in a cell (the latest record of a run and cell replaces the earlier)."""
+        ...
+
     def report(self, **status: Any) -> None:
         """Tell the file's readers what this writer is doing (best effort; nothing where no one watches)."""
         ...

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.outcome import CellRecord, Outcome
+from harness.analysis.outcome import CellRecord, Collection, Outcome
 from harness.analysis.rows import AXIS_ORDER, as_tests
 from harness.errors import StoreError
 
@@ -105,6 +105,9 @@ class ShardStore:
         data = {"type": "cell", **asdict(rec)}
         self._cells[(rec.run_id, rec.cell_id)] = data
         self._append(data)
+
+    def record_collection(self, rec: Collection) -> None:
+        self._append({"type": "collection", **asdict(rec)})
 
     def add_outcome(self, outcome: Outcome) -> bool:
         d = outcome.serialize()

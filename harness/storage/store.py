@@ -38,7 +38,8 @@ from typing import Any
 
 import duckdb
 
-from harness.analysis.outcome import CellRecord, Outcome
+from harness.analysis.outcome import CellRecord, Collection, Outcome
+from harness.analysis.status import NOT_COLLECTED
 from harness.errors import StoreError
 from harness.storage import queries, store_rows
 from harness.storage.store_file import DbFile, is_lock_error, store_error
@@ -226,7 +227,8 @@ class Store:
 
     def done_keys(self, run_id: str) -> set[tuple[str, str, int]]:
         """(cell, scenario, repeat) already stored for a run: a rerun computes only the rest."""
-        of_table = "SELECT cell_id, scenario, repeat FROM {} WHERE run_id = ?"
+        # a test the run did not collect (`not_collected`) was never computed: not done
+        of_table = f"SELECT cell_id, scenario, repeat FROM {{}} WHERE run_id = ? AND status <> '{NOT_COLLECTED}'"
         rows = self.fetch(of_table.format("outcomes") + " UNION " + of_table.format("history"), [run_id, run_id])
         keys = {(r["cell_id"], r["scenario"], int(r["repeat"])) for r in rows}
         with self._lock:
@@ -297,6 +299,10 @@ class Store:
     def record_cell(self, rec: CellRecord) -> None:
         """Latest environment facts for a cell in a run (a rebuild replaces them)."""
         self._writer.record({"type": "cell", **asdict(rec), "built_at": now().isoformat()})
+
+    def record_collection(self, rec: Collection) -> None:
+        """What a suite's run collected in a cell: the tests it no longer holds leave the current state at the fold."""
+        self._writer.record({"type": "collection", **asdict(rec)})
 
     def add_outcome(self, outcome: Outcome) -> bool:
         """Insert one outcome; False if its key is already stored (append-only: never overwritten)."""

@@ -1,7 +1,7 @@
 """Records as the rows of a results file: the rules by which a fold, a merge and a reader's view write them.
 
 A record is one line of a writer's journal or of a JSON-lines shard (`shardfile.py`): a run, a
-cell, an outcome or a run's list of releases. `Rows.of` turns records into table rows by the
+cell, an outcome, a run's list of releases or what a suite's run collected in a cell. `Rows.of` turns records into table rows by the
 rules of each table, `apply` inserts them, and `merge_database` and `replace_transitions` are the
 other bulk writes; each works on a connection `store.Store` hands it inside one of its writes.
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from harness.storage import collections
 from harness.storage.history import settle
 from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_COLUMNS, RUN_COLUMNS, now
 
@@ -94,6 +95,7 @@ class Rows:
     runs: dict[Any, list[Any]] = field(default_factory=dict)
     cells: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
     releases: dict[tuple[Any, ...], list[list[Any]]] = field(default_factory=dict)
+    collections: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Iterable[dict[str, Any]]) -> Rows:
@@ -108,15 +110,18 @@ class Rows:
                 rows.cells[(rec["run_id"], rec["cell_id"])] = _cell_row(rec)
             elif kind == "releases":
                 rows.releases[(rec["run_id"], rec["axis"])] = _release_rows(rec)
+            elif kind == "collection":
+                rows.collections[(rec["run_id"], rec["cell_id"])] = rec
         return rows
 
     def __bool__(self) -> bool:
-        return bool(self.outcomes or self.runs or self.cells or self.releases)
+        return bool(self.outcomes or self.runs or self.cells or self.releases or self.collections)
 
 
 def apply(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> int:
     """Write records into the tables, as their writers meant them (`Rows`), and settle the
-    current state of the tests they touched (`history.settle`); returns the outcomes added."""
+    current state of the tests they touched and of the cells whose collection they brought
+    (`history.settle`); returns the outcomes added."""
     rows = Rows.of(records)
     insert_many(con, "runs", RUN_COLUMNS, rows.runs.values(), "nothing")
     insert_many(con, "cells", CELL_COLUMNS, rows.cells.values(), "replace")
@@ -126,8 +131,9 @@ def apply(con: duckdb.DuckDBPyConnection, records: Iterable[dict[str, Any]]) -> 
     columns = _present(con, "outcomes", OUTCOME_COLUMNS)
     picked = [OUTCOME_COLUMNS.index(c) for c in columns]
     added = insert_many(con, "outcomes", columns, ([row[i] for i in picked] for row in rows.outcomes.values()), "nothing", counted=True)
-    if added:
-        settle(con, {(str(row[_CELL]), str(row[_TEST] or row[_NODE])) for row in rows.outcomes.values()})
+    cells = collections.write(con, rows.collections.values()) if rows.collections and collections.has_collections(con) else set()
+    if added or cells:
+        settle(con, {(str(row[_CELL]), str(row[_TEST] or row[_NODE])) for row in rows.outcomes.values()}, cells)
     return added
 
 
@@ -173,8 +179,16 @@ def merge_database(con: duckdb.DuckDBPyConnection, path: Path) -> int:
             )
         if _attached_has(con, "releases"):
             con.execute("INSERT INTO releases BY NAME SELECT * FROM other.releases ON CONFLICT DO NOTHING")
+        lists = 0
+        if _attached_has(con, "collections"):
+            lists = _count(con, "collections")
+            con.execute("INSERT OR REPLACE INTO collections BY NAME SELECT * FROM other.collections")
+            con.execute(
+                "INSERT INTO collected SELECT * FROM other.collected o WHERE o.digest NOT IN (SELECT DISTINCT digest FROM collected)"
+            )
+            lists = _count(con, "collections") - lists
         added = _count(con) - before
-        if added:
+        if added or lists:
             settle(con)
         con.execute("COMMIT")
     except Exception:
@@ -245,9 +259,10 @@ def replace_transitions(
     return written
 
 
-def _count(con: duckdb.DuckDBPyConnection) -> int:
-    """Rows stored, current and history: what a merge adds to."""
-    row = con.execute("SELECT (SELECT count(*) FROM outcomes) + (SELECT count(*) FROM history)").fetchone()
+def _count(con: duckdb.DuckDBPyConnection, table: str = "") -> int:
+    """Rows stored, current and history: what a merge adds to (or the rows of `table`)."""
+    sql = f"SELECT count(*) FROM {table}" if table else "SELECT (SELECT count(*) FROM outcomes) + (SELECT count(*) FROM history)"
+    row = con.execute(sql).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -293,6 +293,29 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         + HISTORY_VIEW
         + ";",
     ),
+    (
+        # What each sweep of a suite collected in each cell (`collections.py`): a suite's current
+        # state in a cell is what its newest run there collected. `collections`: per run and cell,
+        # the selection it was given (canonical JSON: paths, k, m), the content address of its
+        # list of tests in `collected` (NULL: a run before this migration, whose list was not
+        # recorded) and the files that failed to collect (node id -> signature). A test an
+        # earlier run collected that a newer one did not leaves `outcomes` with a
+        # `not_collected` row in `history` (`status.NOT_COLLECTED`); an older file's runs are
+        # read for the tests that left them right after (`_AFTER`).
+        "0011_collections",
+        """
+        CREATE TABLE IF NOT EXISTS collections (
+            run_id TEXT NOT NULL,
+            cell_id TEXT NOT NULL,
+            selection TEXT,
+            digest TEXT,
+            tests INTEGER,
+            errors JSON,
+            PRIMARY KEY (run_id, cell_id)
+        );
+        CREATE TABLE IF NOT EXISTS collected (digest TEXT NOT NULL, test TEXT NOT NULL);
+        """,
+    ),
 )
 
 #: The columns a record becomes, as the migrations left each table (an older file may lack the later ones).
@@ -355,8 +378,16 @@ def _split_history(con: duckdb.DuckDBPyConnection) -> None:
     settle(con)
 
 
+def _collections_before(con: duckdb.DuckDBPyConnection) -> None:
+    from harness.storage.collections import read_older_runs
+    from harness.storage.history import settle
+
+    read_older_runs(con)
+    settle(con)
+
+
 #: Work a migration needs beyond its SQL, in its transaction: the rows of an older file settled.
-_AFTER = {"0010_history": _split_history}
+_AFTER = {"0010_history": _split_history, "0011_collections": _collections_before}
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine, select_tests, selects
+from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine
+from harness.analysis.selection import select_tests, selects
 from harness.analysis.rows import machine_class
 
 CPU = {"gpu": "cpu", "gpu_count": 0, "platform": "linux-x86_64"}
