@@ -3,9 +3,11 @@ or over a team's history of nightly runs in one file.
 
     .venv/bin/python benchmarks/bench_answers.py --before 01440fa [--sizes 5000 10000 20000] [--repeats 3] [--cap 120]
     .venv/bin/python benchmarks/bench_answers.py --before b4e5ab2 --sizes 20000 --runs 1 10 30 [--drift 0.01]
+    .venv/bin/python benchmarks/bench_answers.py --before d834208 --sizes 20000 --runs 2 10 --broken-file 500
 
 With --runs, each number of nights N gets three files from make_large_store (same seed, same
-nights): the history as this harness keeps it, the newest night alone, and every night's rows
+nights; with --broken-file, a file of that many tests fails to import on the newest night): the
+history as this harness keeps it, the newest night alone, and every night's rows
 in `outcomes` as the --before harness kept them; each command is timed over each (`history`).
 
 For each size, `make_large_store.py --tests N --cells 20` writes a results file (kept in
@@ -132,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         "each against the same file holding only its newest run, and the --before harness over every night's rows",
     )
     parser.add_argument("--drift", type=float, default=0.01, help="with --runs: the share of outcomes that change each night")
+    parser.add_argument(
+        "--broken-file", type=int, default=0, help="with --runs: a test file of this many tests fails to import on the newest night"
+    )
     args = parser.parse_args(argv)
     if args.decide:
         return decide(args.decide)
@@ -200,13 +205,14 @@ def history(args: argparse.Namespace) -> int:
     shutil.copy(ROOT / "benchmarks" / "bench_answers.py", old / "benchmarks" / "bench_answers.py")
     size = args.sizes[-1]
     for nights in args.runs:
-        stem = f"history-{size}x{args.cells}-{nights}n-{args.drift:g}"
+        stem = f"history-{size}x{args.cells}-{nights}n-{args.drift:g}" + (f"-broken{args.broken_file}" if args.broken_file else "")
         files = {
             "after": args.stores / f"{stem}.duckdb",
             "newest": args.stores / f"{stem}-newest.duckdb",
             "before": args.stores / f"{stem}-flat.duckdb",
         }
-        flags = {"after": [], "newest": ["--newest-only"], "before": ["--flat"]}
+        broken = ["--broken-file", str(args.broken_file)] if args.broken_file else []
+        flags = {"after": broken, "newest": ["--newest-only", *broken], "before": ["--flat", *broken]}
         for side, db in files.items():
             if not db.exists():
                 make = [sys.executable, str(ROOT / "benchmarks" / "make_large_store.py"), "--tests", str(size), "--cells", str(args.cells)]

@@ -677,6 +677,12 @@ class Night:
     code: str  # the digest of the code under test that night
     cells: list[dict[str, str]]
     state: dict[tuple[str, str], Decision]
+    broken: str = ""  # a test file that failed to import that night: its tests not collected, one error per cell
+
+
+#: The error of `--broken-file`'s file on the newest night: a syntax error the team's commit put in.
+BROKEN_SIGNATURE = "SyntaxError: '(' was never closed (tests/serving/test_generate_matrix.py, line <n>)"
+BROKEN_FILE = "tests/serving/test_generate_matrix.py"
 
 
 def _nights(
@@ -745,20 +751,34 @@ def _drifted(decision: Decision, node: str, night: int) -> Decision:
 
 
 def generate_suite(
-    out: Path, tests: int, cells_wanted: int, seed: int, *, runs: int = 1, drift: float = 0.0, flat: bool = False, newest_only: bool = False
+    out: Path,
+    tests: int,
+    cells_wanted: int,
+    seed: int,
+    *,
+    runs: int = 1,
+    drift: float = 0.0,
+    flat: bool = False,
+    newest_only: bool = False,
+    broken_file: int = 0,
 ) -> dict[str, Any]:
     """A team's suite swept `runs` nights into one file (`_nights`). By default each night is
     written and then settled as a fold settles it (the current state in `outcomes`, the spans of
-    what came before in `history`); `flat`: every night's rows in `outcomes`, as a harness from
-    before the split kept them; `newest_only`: the newest night alone (the file to compare with)."""
+    what came before in `history`), with what each night collected in each cell; `flat`: every
+    night's rows in `outcomes`, as a harness from before the split kept them; `newest_only`: the
+    newest night alone (the file to compare with). `broken_file`: one file holds this many of the
+    tests (all passing), and on the newest night it fails to import."""
     rng = random.Random(seed)
     if out.exists():
         out.unlink()
     cells = suite_cells(cells_wanted)
-    nodes = sorted(set(node_ids(tests, rng)))
+    big = [f"{BROKEN_FILE}::test_generate[case{i:04d}]" for i in range(broken_file)]
+    nodes = sorted(set(node_ids(tests - broken_file, rng)) | set(big))
     base, skipped, xfailing = _suite_base(nodes, cells, rng)
     marked = {n: json.dumps({"markers": m} if (m := suite_markers(n, n in skipped, n in xfailing)) else {}) for n in nodes}
     nights = _nights(nodes, cells, base, skipped | xfailing, runs, drift, seed)
+    if broken_file:
+        nights[-1].broken = BROKEN_FILE
     if newest_only:
         nights = nights[-1:]
     host = HOSTS[0]
@@ -782,6 +802,7 @@ def generate_suite(
         for night in nights:
             _write_night(store, night, nodes, marked, host, files)
         failing = {node for (_, node), d in nights[-1].state.items() if d[0] in ("fail", "error", "crash", "timeout")}
+        failing |= {nights[-1].broken} if nights[-1].broken else set()
         stored = [r for r in queries.outcome_rows(store) if r["scenario"] in failing]
         result = attribute(stored, known_versions=seen_versions(stored))
         written = store.replace_transitions(to_rows(result))
@@ -804,7 +825,17 @@ def _night_rows(night: Night, nodes: list[str], marked: dict[str, str], rng: ran
     moment = night.when
     for versions in night.cells:
         cid = cell_id(versions)
+        if night.broken:
+            message = BROKEN_SIGNATURE.replace("<n>", "3")
+            rows.append(
+                (
+                    night.run_id, cid, night.broken, 0, "error", message, BROKEN_SIGNATURE,
+                    hashlib.sha1(BROKEN_SIGNATURE.encode()).hexdigest()[:12], "", "builtins.SyntaxError", message, "", 0.0, "{}", moment,
+                )
+            )  # fmt: skip
         for node in nodes:
+            if night.broken and node.startswith(f"{night.broken}::"):
+                continue  # not collected: its file failed to import
             moment += timedelta(milliseconds=rng.randint(5, 400))
             status, message, signature, blamed, exception, traceback = night.state[(cid, node)]
             rows.append(
@@ -825,6 +856,7 @@ def _cell_record(night: Night, versions: dict[str, str]) -> CellRecord:
 
 
 def _write_night(store: Store, night: Night, nodes: list[str], marked: dict[str, str], host: dict[str, Any], files: dict[str, str]) -> None:
+    from harness.storage import collections
     from harness.storage.history import settle
 
     store.con.begin()
@@ -832,6 +864,16 @@ def _write_night(store: Store, night: Night, nodes: list[str], marked: dict[str,
     store.con.execute("UPDATE runs SET started_at = ? WHERE run_id = ?", [night.when, night.run_id])
     for versions in night.cells:
         store.record_cell(_cell_record(night, versions))
+    collected = [n for n in nodes if not (night.broken and n.startswith(f"{night.broken}::"))] + ([night.broken] if night.broken else [])
+    errors = {night.broken: BROKEN_SIGNATURE} if night.broken else {}
+    selection = {"paths": ["tests/"], "k": "", "m": ""}
+    collections.write(
+        store.con,
+        [
+            {"run_id": night.run_id, "cell_id": cell_id(v), "selection": selection, "tests": collected, "errors": errors}
+            for v in night.cells
+        ],
+    )
     store.con.commit()
     _insert(store, _night_rows(night, nodes, marked, random.Random(night.run_id)))
     store.con.begin()
@@ -896,11 +938,25 @@ def main() -> int:
     parser.add_argument(
         "--newest-only", action="store_true", help="with --runs: write only the newest night (the file to compare a history with)"
     )
+    parser.add_argument(
+        "--broken-file",
+        type=int,
+        default=0,
+        help="with --tests: one test file holds this many tests, and fails to import on the newest night",
+    )
     args = parser.parse_args()
     began = time.perf_counter()
     if args.tests:
         suite = generate_suite(
-            args.out, args.tests, args.cells, args.seed, runs=args.runs, drift=args.drift, flat=args.flat, newest_only=args.newest_only
+            args.out,
+            args.tests,
+            args.cells,
+            args.seed,
+            runs=args.runs,
+            drift=args.drift,
+            flat=args.flat,
+            newest_only=args.newest_only,
+            broken_file=args.broken_file,
         )
         kept = f", {suite['history']:,} history rows" if suite.get("history") else ""
         print(
