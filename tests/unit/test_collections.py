@@ -77,10 +77,8 @@ def current(path: Path, cell: str = "c1") -> dict[str, str]:
 def marks(path: Path, cell: str = "c1") -> list[tuple[str, str, str]]:
     """The history's `not_collected` marks of a cell: (run, node id, why), oldest first."""
     with Store(path, read_only=True) as store:
-        rows = store.fetch(
-            f"SELECT run_id, scenario, exception_type FROM history WHERE cell_id = ? AND status = '{NOT_COLLECTED}' ORDER BY run_id, scenario",
-            [cell],
-        )
+        marked = f"cell_id = ? AND status = '{NOT_COLLECTED}'"
+        rows = store.fetch(f"SELECT run_id, scenario, exception_type FROM history WHERE {marked} ORDER BY run_id, scenario", [cell])
     return [(r["run_id"], r["scenario"], r["exception_type"]) for r in rows]
 
 
@@ -233,7 +231,11 @@ def test_an_older_files_stale_rows_leave_when_a_writer_opens_it(tmp_path: Path) 
     assert current(old) == current(new) == {t("test_code"): "pass", t("test_gate"): "pass"}
     # the marks the rows can tell: test_stable not run under the error on night 2, gone on night 3; test_code and
     # test_gate ran on nights 1 and 3 with one outcome, which the history kept as one span (night 2 cannot be seen)
-    assert marks(old) == [("night-2", t("test_stable"), "not_run"), ("night-3", FILE, "collected"), ("night-3", t("test_stable"), "removed")]
+    assert marks(old) == [
+        ("night-2", t("test_stable"), "not_run"),
+        ("night-3", FILE, "collected"),
+        ("night-3", t("test_stable"), "removed"),
+    ]
 
 
 # -- pure: which selection covers which, and the classes of a change with marks ----------------------
@@ -265,19 +267,21 @@ def _s(node: str, status: str, first: int, last: int, signature: str = "", reaso
     return Span("m", "c", node, node, 0, status, signature, f"r{first}", f"r{last}", T[first], T[last], reason)
 
 
+A, F = "f.py::a", "f.py"
+GONE, NOT_RUN, AGAIN = {"reason": "removed"}, {"signature": "E", "reason": "not_run"}, {"reason": "collected"}
 MARKED = [
     # (spans, since, kinds): why
-    ([_s("f.py::a", "pass", 0, 1), _s("f.py::a", NOT_COLLECTED, 2, 2, reason="removed")], 1, ["removed"]),  # deleted
-    ([_s("f.py::a", "pass", 0, 1), _s("f.py::a", NOT_COLLECTED, 2, 2, reason="removed")], 2, []),  # deleted before the moment
-    ([_s("f.py::a", "pass", 0, 1), _s("f.py::a", NOT_COLLECTED, 2, 2, "E", "not_run"), _s("f.py::a", "pass", 3, 3)], 2, []),  # back as it was
-    ([_s("f.py::a", "pass", 0, 1), _s("f.py::a", NOT_COLLECTED, 2, 2, "E", "not_run"), _s("f.py::a", "fail", 3, 3, "F")], 2, ["regressed"]),
-    ([_s("f.py::a", "pass", 0, 1), _s("f.py::a", NOT_COLLECTED, 2, 2, reason="removed"), _s("f.py::a", "pass", 3, 3)], 2, ["new"]),  # re-added
-    ([_s("f.py", "error", 1, 1, "E"), _s("f.py", NOT_COLLECTED, 2, 2, reason="collected")], 1, ["fixed"]),  # imports again
-    ([_s("f.py", "error", 1, 1, "E"), _s("f.py", NOT_COLLECTED, 2, 2, reason="collected"), _s("f.py", "error", 3, 3, "E")], 2, ["regressed"]),
-    ([_s("f.py::a", "fail", 0, 1, "F"), _s("f.py::a", NOT_COLLECTED, 2, 2, reason="removed")], 1, ["removed"]),  # a failing test removed: no fix
+    ([_s(A, "pass", 0, 1), _s(A, NOT_COLLECTED, 2, 2, **GONE)], 1, ["removed"]),  # deleted
+    ([_s(A, "pass", 0, 1), _s(A, NOT_COLLECTED, 2, 2, **GONE)], 2, []),  # deleted before the moment
+    ([_s(A, "pass", 0, 1), _s(A, NOT_COLLECTED, 2, 2, **NOT_RUN), _s(A, "pass", 3, 3)], 2, []),  # back as it was
+    ([_s(A, "pass", 0, 1), _s(A, NOT_COLLECTED, 2, 2, **NOT_RUN), _s(A, "fail", 3, 3, "F")], 2, ["regressed"]),  # since it last ran
+    ([_s(A, "pass", 0, 1), _s(A, NOT_COLLECTED, 2, 2, **GONE), _s(A, "pass", 3, 3)], 2, ["new"]),  # re-added
+    ([_s(F, "error", 1, 1, "E"), _s(F, NOT_COLLECTED, 2, 2, **AGAIN)], 1, ["fixed"]),  # imports again
+    ([_s(F, "error", 1, 1, "E"), _s(F, NOT_COLLECTED, 2, 2, **AGAIN), _s(F, "error", 3, 3, "E")], 2, ["regressed"]),  # and fails again
+    ([_s(A, "fail", 0, 1, "F"), _s(A, NOT_COLLECTED, 2, 2, **GONE)], 1, ["removed"]),  # a failing test removed: no fix
     # not run then (its file failed), removed now: the file imported without it
-    ([_s("f.py::a", "pass", 0, 0), _s("f.py::a", NOT_COLLECTED, 1, 1, "E", "not_run"), _s("f.py::a", NOT_COLLECTED, 2, 2, reason="removed")], 1, ["removed"]),
-]  # fmt: skip
+    ([_s(A, "pass", 0, 0), _s(A, NOT_COLLECTED, 1, 1, **NOT_RUN), _s(A, NOT_COLLECTED, 2, 2, **GONE)], 1, ["removed"]),
+]
 
 
 @pytest.mark.parametrize(("spans", "since", "kinds"), MARKED)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine
-from harness.analysis.selection import select_tests, selects
 from harness.analysis.rows import machine_class
+from harness.analysis.selection import select_tests, selects
 
 CPU = {"gpu": "cpu", "gpu_count": 0, "platform": "linux-x86_64"}
 H200 = {"gpu": "NVIDIA H200", "gpu_count": 1, "platform": "linux-x86_64"}
