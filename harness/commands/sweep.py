@@ -179,6 +179,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--refine-limit", type=int, default=None, help="build at most this many probe cells to refine ranges (default: the matrix's)"
     )
+    p.add_argument(
+        "--exclude-newer",
+        default="",
+        metavar="DATE",
+        help="resolve every cell as the index stood at DATE (e.g. 2026-11-20): replay a night; overrides the matrix's exclude_newer",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON lines instead of the table")
     p.add_argument("--wide", action="store_true", help="end with the full grid (cells × scenarios, one word each) and every line's answer")
@@ -190,6 +196,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     progress = None if args.no_progress or args.json else ProgressReporter(console)
     on_start, on_round = (None, None) if args.json else (started, print_rounds(console))
+    default_results_folder(args.db)
     options = sweep_options(args)
     if options.keep_servers and args.keep_servers != "auto":
         kept.usable_dir()  # a folder others could use is refused before anything runs
@@ -222,6 +229,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return _ran_no_test(done.empty, done.uncollected, done.allow_empty)  # a run of no test is no pass
 
 
+def default_results_folder(db: Path) -> None:
+    """The folder of the default --db (`results/`), made where it is missing, as pytest, nox and uv
+    make theirs. Only the default's: a --db the user named in a missing folder may be a typo, and
+    stays an error that says so."""
+    if db is flags.DEFAULT_DB:  # argparse hands the default object itself over when --db is not given
+        db.parent.mkdir(parents=True, exist_ok=True)
+
+
 def sweep_options(args: argparse.Namespace) -> SweepOptions:
     """The sweep's options from its flags, the defaults that depend on the machine (jobs, kept servers) decided."""
     # by keyword: SweepOptions gains fields between these (run_tag did), and a position would shift
@@ -238,6 +253,7 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
     options.durations = args.durations
     options.keyword, options.marker, options.allow_empty = args.keyword, args.marker, args.allow_empty
     options.run_tag = args.run_tag
+    options.exclude_newer = args.exclude_newer
     return flags.suite_options(args, options)
 
 
