@@ -27,8 +27,8 @@ from harness.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, HarnessError
 
 #: Every command, in the order `harness --help` lists them; each is the module `harness/commands/<name>.py`.
 COMMANDS = (
-    "sweep", "servers", "list", "scenarios", "summary", "changes", "compact", "attribute", "pin", "report", "publish", "merge",
-    "wheelhouse", "plan", "bisect", "refine", "dashboard", "init", "watch",
+    "sweep", "servers", "list", "scenarios", "summary", "changes", "explain", "compact", "attribute", "pin", "report", "publish",
+    "merge", "wheelhouse", "plan", "bisect", "refine", "dashboard", "init", "watch",
 )  # fmt: skip
 
 

@@ -29,6 +29,11 @@ class BisectError(ValueError):
     """The ends are not what the user said (the good end fails, the bad end passes)."""
 
 
+class Inconclusive(Exception):
+    """Raised by a probe when the search must not go on (its repeats disagreed: a flaky probe,
+    or its budget is spent): it ends the search, never judged a skip."""
+
+
 @dataclass(frozen=True)
 class Probe(Generic[T]):
     candidate: T
@@ -56,6 +61,8 @@ class BisectResult(Generic[T]):
 def _judge(probe: Callable[[T], Verdict], candidate: T) -> Probe[T]:
     try:
         return Probe(candidate, probe(candidate))
+    except Inconclusive:
+        raise
     except Exception as exc:
         return Probe(candidate, Verdict.SKIP, f"{type(exc).__name__}: {exc}")
 

@@ -110,6 +110,7 @@ class Change:
     after_run: str  # the run that showed it first as it is now
     #: A file that stopped collecting: the tests it kept from running; one collecting again: those that run again.
     not_run: tuple[str, ...] = ()
+    before_signature: str = ""  # the failure then, where it failed then too (fails otherwise now)
 
     def to_dict(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -284,7 +285,7 @@ def _change(then: Sequence[Span], now: Sequence[Span], ran: Sequence[Span], depe
     steady = old is not None and new is not None and old.same_as(new)
     kind: Kind = "flaky" if steady else ("fixed" if after == "pass" else "regressed")
     shown = signature if after == "fail" else old_signature
-    return _of(kind, newest, before, after, shown, was.last_run, began.first_run)
+    return replace(_of(kind, newest, before, after, shown, was.last_run, began.first_run), before_signature=old_signature)
 
 
 def _of(kind: Kind, span: Span, before: str, after: str, signature: str, before_run: str, after_run: str) -> Change:

@@ -546,8 +546,8 @@ machine's known-good version. Columns that name releases the index lists between
 
 def _with_changes(site: Site, store: Any) -> Site:
     """`site` with what changed since the run before the newest sweep (`harness changes`), where the file holds more than one run."""
-    from harness.commands.changes import changes_of, sections
     from harness.storage.store import Store
+    from harness.workflows.changes import changes_of, sections
 
     report = changes_of(store) if isinstance(store, Store) else None
     if report is None:

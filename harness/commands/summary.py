@@ -685,8 +685,8 @@ def print_history(db: Path, console: Console) -> None:
     other lines are: `harness summary` and a sweep's closing lines lead with them."""
     if not db.is_file():
         return
-    from harness.commands.changes import history_lines
     from harness.storage.opening import open_results
+    from harness.workflows.changes import history_lines
 
     with open_results(db, read_only=True) as store:
         found = history_lines(store)

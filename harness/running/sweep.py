@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -105,6 +105,9 @@ class SweepOptions:
     #: Appended to the default run id: a scheduled run's own id (the CI run's), which its shards
     #: and its reruns share, so that each night truly runs (`default_run_id`).
     run_tag: str = ""
+    #: Resolve every cell as of this moment (the matrix's `exclude_newer`, given on the command line):
+    #: a night replayed, the packages under the pins as the index had them then.
+    exclude_newer: str = ""
 
 
 @dataclass
@@ -196,6 +199,14 @@ def run_tag(text: str) -> str:
 def plan(options: SweepOptions) -> SweepPlan:
     """Validate everything a sweep needs before anything is written."""
     spec = load_matrix(options.matrix, lenient=True)
+    if options.exclude_newer:
+        try:
+            versions.moment(options.exclude_newer)
+        except ValueError:
+            raise BadInput(
+                f"--exclude-newer {options.exclude_newer!r} is not a date; write e.g. 2026-11-20 or 2026-11-20T12:00:00Z"
+            ) from None
+        spec.settings.exclude_newer = options.exclude_newer
     index = index_for(spec.settings)
     resolved = resolve_matrix(spec, index)
     suite = suite_for(options, spec)
@@ -212,7 +223,9 @@ def plan(options: SweepOptions) -> SweepPlan:
         cells = [known[c] for c in options.cells]
     text = options.matrix.read_text()
     inputs = run_inputs(scenarios, resolved.cells)
-    run_id = options.run_id or default_run_id(text, scenarios, inputs)
+    # a night replayed as of another date is another run: its cells resolve otherwise
+    replayed = f"{text}\n# --exclude-newer {options.exclude_newer}" if options.exclude_newer else text
+    run_id = options.run_id or default_run_id(replayed, scenarios, inputs)
     if options.run_tag and not options.run_id:
         run_id += "-" + run_tag(options.run_tag)
     if options.fresh and not options.run_id:
@@ -554,6 +567,13 @@ class Sweep:
         piece = self.plan.pieces.get(cell.id)
         scenarios = [s for s in self.plan.scenarios if isinstance(s, Suite)] if piece is not None and piece.part else self.plan.scenarios
         return [(s, r) for s in scenarios for r in range(self.settings.repeats) if (cell.id, s.name, r) not in done]
+
+    def as_run(self, run_id: str) -> None:
+        """Store what follows under another run: each repeat of a probe of `harness explain`, whose
+        suite runs once per run (a test's repeats are runs), into the probes' own file."""
+        self.plan.run_id = run_id
+        self.checks = replace(self.checks, run_id=run_id)
+        self._run_recorded = False
 
     def record_run(self) -> None:
         """The run's row and the releases of its axes (what a range between tested versions is made of)."""

@@ -31,7 +31,7 @@ from harness.analysis.interpret import Interpretation
 from harness.analysis.signature import Frame, Signature, make_signature, status_signature
 from harness.analysis.status import Status
 from harness.errors import BadInput
-from harness.inputs.fingerprint import code_digest, file_digest, files_digest, source_files
+from harness.inputs.fingerprint import code_commit, code_digest, file_digest, files_digest, source_files
 from harness.inputs.matrix import pytest_expression_problem
 from harness.inputs.scenarios import Scenario
 from harness.inputs.testsource import NoTests, TestSource
@@ -99,20 +99,29 @@ class Suite(Scenario):
         if self.source is not None:
             h.update(f"{self.source.package} {self.source.repo} {self.source.head(self.root)}".encode())
             return h.hexdigest()[:12]
-        h.update(json.dumps(self.inputs(), sort_keys=True).encode())
+        # the commit is where the code came from, not what it is: a docs-only commit resumes the run
+        h.update(json.dumps({k: v for k, v in self.inputs().items() if k != "commit"}, sort_keys=True).encode())
         return h.hexdigest()[:12]
 
     def inputs(self) -> dict[str, Any]:
         """What its outcomes depend on besides the cell, as a run records it (`harness changes`):
         each test file's content (by its path from the root), the root's conftest and
-        configuration together, and the code under test."""
+        configuration together, and the code under test (`fingerprint.code_digest`: its source
+        files' content); with the repository and commit it came from (`commit`: what `harness
+        explain` bisects between two nights)."""
         if self.source is not None:
             return {"config": self.digest(), "files": {}, "code": f"{self.source.package}@{self.source.head(self.root)}"}
         found = self._files()
         # every conftest.py applies to the tests below it: with the root's configuration, one digest for all
         shared = [p for p in found if p.name == "conftest.py" or (p.parent == self.root and p.name in _CONFIG)]
         files = {p.relative_to(self.root).as_posix(): file_digest(p) for p in found if p not in shared}
-        return {"config": files_digest(shared), "files": files, "code": code_digest(self.root)}
+        found_commit = code_commit(self.root)
+        return {
+            "config": files_digest(shared),
+            "files": files,
+            "code": code_digest(self.root),
+            **({"commit": found_commit} if found_commit else {}),
+        }
 
     def _files(self) -> list[Path]:
         """The root's conftest and configuration, and the Python files under the selected paths

@@ -316,6 +316,29 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE TABLE IF NOT EXISTS collected (digest TEXT NOT NULL, test TEXT NOT NULL);
         """,
     ),
+    (
+        # Why each change happened (`causes.py`, written by `harness explain`): per change (the run
+        # that first showed it, the cell, its kind and signature), what moved between the two runs
+        # and what the probes narrowed it to. Readers show it beside the change and never probe.
+        "0012_causes",
+        """
+        CREATE TABLE IF NOT EXISTS causes (
+            after_run TEXT NOT NULL,    -- the run that first showed the change
+            before_run TEXT NOT NULL,   -- the last run that showed it as it was
+            cell_id TEXT NOT NULL,
+            kind TEXT NOT NULL,         -- regressed | fixed
+            signature TEXT NOT NULL,    -- the failure: now (regressed), before (fixed)
+            tests JSON,                 -- the changed tests (node ids) the probes ran
+            verdict TEXT,               -- analysis.explain.Explanation's: culprit, set, static, flaky, budget, ...
+            text TEXT,                  -- its one line
+            explanation JSON,           -- what moved, the culprits, the commit, every probe
+            probes INTEGER,
+            seconds DOUBLE,
+            explained_at TIMESTAMP,
+            PRIMARY KEY (after_run, cell_id, kind, signature)
+        );
+        """,
+    ),
 )
 
 #: The columns a record becomes, as the migrations left each table (an older file may lack the later ones).

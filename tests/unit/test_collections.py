@@ -21,7 +21,7 @@ from harness.analysis.changes import Depends, Span, compare
 from harness.analysis.outcome import CellRecord, Collection, Outcome, Status
 from harness.analysis.selection import Selection, covers
 from harness.analysis.status import NOT_COLLECTED
-from harness.commands.changes import changes_of
+from harness.workflows.changes import changes_of
 from harness.storage import queries
 from harness.storage.store import Store
 

@@ -1,7 +1,7 @@
 """The layout is the architecture: the folders of harness/ are its layers, and each imports only
 the layers below it.
 
-    cli.py -> commands/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
+    cli.py -> commands/ -> workflows/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
 
 No module of harness/ reaches itself through its imports (a circle), lazy imports included.
 
@@ -60,7 +60,8 @@ LAYERS = {
     "inputs": ("harness.analysis", "harness.errors", "harness.inputs"),
     "storage": ("harness", "harness.analysis", "harness.errors", "harness.storage"),
     "running": _RUNNING,
-    "commands": (*_RUNNING, "harness.commands"),
+    "workflows": (*_RUNNING, "harness.workflows"),
+    "commands": (*_RUNNING, "harness.workflows", "harness.commands"),
 }
 TOP = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
 
@@ -151,7 +152,7 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
         "from harness.commands.sweep import refine_step\n"
         "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
         # a sweep's closing lines lead with the history's: none for a shard, and no DuckDB for it
-        "from harness.commands.changes import history_lines\n"
+        "from harness.workflows.changes import history_lines\n"
         "from harness.storage.shardfile import ShardStore\n"
         "print('history', history_lines(ShardStore.__new__(ShardStore)))\n"
     )
