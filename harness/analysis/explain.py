@@ -286,7 +286,7 @@ class Explanation:
         if self.verdict == "culprit":
             (move,) = self.culprits
             if self.commit is not None:
-                pr = f" (PR #{self.commit.pr})" if self.commit.pr else ""
+                pr = f" (PR #{self.commit.pr})" if self.commit.pr and f"#{self.commit.pr}" not in self.commit.subject else ""
                 where = f"{'your commit' if move.kind == 'code' else move.name + ' commit'} {self.commit}{pr}"
                 range_ = f" of {move.describe()}"
                 undecided = f"; or one of {len(self.undecided)} commit(s) before it that could not be judged" if self.undecided else ""
