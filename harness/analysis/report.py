@@ -34,10 +34,10 @@ from harness.analysis.attribution import Transition
 from harness.analysis.export import Sources
 from harness.analysis.pin import KnownGoodSet
 from harness.analysis.redact import local_paths
-from harness.analysis.repro import indexes
+from harness.analysis.repro import build_notes, gpu_note, indexes
 from harness.analysis.requirement import StatedRequirement
 from harness.analysis.requirement import requirements as stated_requirements
-from harness.analysis.rows import axis_sort, distance, installed, machine_class, machine_of, node_ids
+from harness.analysis.rows import Machine, axis_sort, distance, installed, machine_class, machine_of, minor_version, node_ids
 from harness.analysis.shorttrace import LIMIT, frames_of, short_traceback
 from harness.analysis.signature import DEFAULT_LIBRARIES, library_of
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
@@ -321,7 +321,8 @@ def _environment(row: Mapping[str, Any], record: Mapping[str, Any] | None, runs:
     lines += [f"| {a} | {_cell_text(versions[a])} |" for a in axis_sort(versions)]
     gpu = row.get("gpu") or host.get("gpu") or ""
     details = [
-        ("python", row.get("python") or (record or {}).get("python") or ""),
+        ("python", _python(row, record)),
+        ("CUDA", machine_of(row).cuda),  # what torch's build was built for (`+cu130`, or PyPI's default build)
         ("platform", row.get("platform") or host.get("platform") or ""),
         ("GPU", gpu + _gpu_detail(host)),
         ("run", f"{row.get('run_id', '')}, {_when(row.get('started_at'))} UTC"),
@@ -335,6 +336,12 @@ def _environment(row: Mapping[str, Any], record: Mapping[str, Any] | None, runs:
         lines += ["", f"<details><summary>Every installed package ({len(freeze)}, from the env's <code>uv pip freeze</code>)</summary>", ""]
         lines += [_fence(body), "", "</details>"]
     return lines
+
+
+def _python(row: Mapping[str, Any], record: Mapping[str, Any] | None) -> str:
+    """The Python the cell ran (`3.12.3`), never the matrix's `python` setting, which on a runner is its interpreter's path."""
+    own = str(row.get("python_version") or (record or {}).get("python_version") or "")
+    return own if minor_version(own) else machine_of(row).python
 
 
 def _gpu_detail(host: Mapping[str, Any]) -> str:
@@ -381,6 +388,7 @@ class Repro:
     script: str  # its text, shown collapsed in the report
     passing_name: str = ""  # `repro-passing.py`, or "" where no passing set lies one step away
     change: str = ""  # what the passing set changes: `peft 0.19.0 instead of 0.18.1`
+    gpus: int = 0  # the GPUs the scenario needs (its REQUIRES)
 
 
 def _public(url: str) -> bool:
@@ -448,11 +456,12 @@ def _repro(
         f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {' '.join(picks)}",
         "```",
     ]
-    return (_one_file(repro, pins) if repro else []) + lines
+    return (_one_file(repro, pins, machine_of(row)) if repro else []) + lines
 
 
-def _one_file(repro: Repro, pins: Sequence[str]) -> list[str]:
-    """The one-file repro first: the two commands, how to get the same torch build, the script collapsed."""
+def _one_file(repro: Repro, pins: Sequence[str], machine: Machine | None = None) -> list[str]:
+    """The one-file repro first: the two commands, where it failed, which torch build and how to get it (and
+    how to run it without that GPU), the script collapsed."""
     width = max(len(repro.name), len(repro.passing_name))
     out = [
         f"One file, nothing to check out: `{repro.name}` (below) is a [PEP 723](https://peps.python.org/pep-0723/) script that pins "
@@ -464,12 +473,10 @@ def _one_file(repro: Repro, pins: Sequence[str]) -> list[str]:
     if repro.passing_name:
         out.append(f"uv run {repro.passing_name.ljust(width)}   # {repro.change}: passes (exit 0)")
     out.append("```")
-    for built, url in indexes(pins):
-        out += [
-            "",
-            f"The failing environment had {built}, a build of the PyTorch index; the script pins its release, which PyPI's "
-            f"build satisfies too. For the same build: `uv run --index {url} {repro.name}`.",
-        ]
+    if machine:
+        out += ["", f"It failed on {machine.label()}." + (f" {gpu_note(repro.gpus)}" if repro.gpus else "")]
+    for sentence, command in build_notes(pins, machine.cuda if machine else "", repro.name):
+        out += ["", sentence + (f" `{command}`" if command else "")]
     lines = len(repro.script.splitlines())
     out += ["", f"<details><summary><code>{repro.name}</code> ({lines} lines)</summary>", "", _SCRIPT, "", "</details>", ""]
     out += ["Or, in an environment of your own:", ""]

@@ -9,21 +9,32 @@ above it, the local modules they import and the suite's pytest configuration, an
 its node id. Its exit status is `git bisect run`'s: 0 passes, 1 the reported failure, 125
 anything else (another failure, a skip), so the same file bisects a library's commits.
 
-Nothing local goes in: a torch build of the PyTorch index (`2.13.0+cpu`) is pinned as its
-release (`torch==2.13.0`, which the build satisfies), and a comment names the public index
-that has the build and how to add it. This module writes text; `harness report --repro`
-gathers the files and writes the scripts.
+Nothing local goes in. A torch build of the PyTorch index (`2.11.0+cu130`) is taken from that
+public index: an explicit `[[tool.uv.index]]` that only torch uses (`[tool.uv.sources]`), its
+release pinned (`torch==2.11.0`, which only that build satisfies there); the default build
+(PyPI's `2.11.0`) needs no index. The docstring names the build, says how to run the script on
+a machine without that GPU, and says when the scenario itself needs one. This module writes
+text; `harness report --repro` gathers the files and writes the scripts.
 
 >>> spec = ReproSpec(title="TypeError: x", signature="TypeError: x", kind="scenario", run="s.py",
-...                  pins=("torch==2.13.0+cpu", "peft==0.19.1"), python="3.11", files=(("s.py", "raise TypeError('x')\\n"),))
+...                  pins=("torch==2.11.0+cu130", "peft==0.19.1"), python="3.12", files=(("s.py", "raise TypeError('x')\\n"),))
 >>> script = pep723_script(spec, "def make_signature(*a):\\n    pass\\n")
 >>> print(script[: script.index("# ///\\n", 10) + 5])
 # /// script
-# requires-python = "==3.11.*"
+# requires-python = "==3.12.*"
 # dependencies = [
-#     "torch==2.13.0",
+#     "torch==2.11.0",
 #     "peft==0.19.1",
 # ]
+#
+# [[tool.uv.index]]
+# # torch 2.11.0+cu130, the build that ran it: the PyTorch index's build for CUDA 13.0, for torch only
+# name = "pytorch-cu130"
+# url = "https://download.pytorch.org/whl/cu130"
+# explicit = true
+#
+# [tool.uv.sources]
+# torch = { index = "pytorch-cu130" }
 # ///
 """
 
@@ -38,8 +49,10 @@ from typing import Literal
 #: The PyTorch index's build labels (`2.13.0+cpu`, `+cu130`, `+rocm6.4`, `+xpu`): the index that has each build.
 _BUILD = re.compile(r"^(?P<release>[^+]+)\+(?P<label>cpu|cu\d+|rocm\d+(?:\.\d+)*|xpu)$")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"
+CPU_INDEX = PYTORCH_INDEX.format(label="cpu")
 #: A scenario's exit status, and a test's, as `git bisect run` reads it.
 EXIT_PASSES, EXIT_FAILS, EXIT_SAYS_NOTHING = 0, 1, 125
+_PYTHON = re.compile(r"^\d+\.\d+$")
 
 
 @dataclass(frozen=True)
@@ -51,13 +64,58 @@ class ReproSpec:
     kind: Literal["scenario", "test"]
     run: str  # the scenario's file (a key of `files`) or the test's node id
     pins: tuple[str, ...]  # the set under test: `torch==2.13.0+cpu`, `peft==0.18.1`, the suite's `pytest==9.2.0`
-    python: str  # the cells' Python, `3.11`
+    python: str  # the Python the cells ran, major.minor (`3.12`); "" when unknown (no requires-python then)
     files: tuple[tuple[str, str], ...]  # (path relative to the folder it runs in, text)
     constraints: tuple[str, ...] = ()  # every other package of the env's freeze, pinned
     libraries: tuple[str, ...] = ()  # the axes: the libraries whose frames a signature may blame
     expect: Literal["fails", "passes"] = "fails"
     about: str = ""  # one paragraph: which set this is and what the other script changes
     setup: bool = False  # the scenario declares SETUP: a pass that never confirmed it says nothing
+    machine: str = ""  # where it ran: `NVIDIA H100 80GB HBM3 · linux-x86_64 · Python 3.12 · CUDA 13.0`
+    cuda: str = ""  # the CUDA runtime torch was built for (`13.0`); "" for a CPU build
+    gpus: int = 0  # the GPUs the scenario needs (its REQUIRES): without them it says nothing
+
+
+@dataclass(frozen=True)
+class Build:
+    """A package's build of the PyTorch index, as a pin names it: `torch==2.11.0+cu130`."""
+
+    name: str  # `torch`
+    version: str  # `2.11.0+cu130`
+    release: str  # `2.11.0`
+    label: str  # `cu130`
+
+    @property
+    def index(self) -> str:
+        return PYTORCH_INDEX.format(label=self.label)
+
+    @property
+    def index_name(self) -> str:
+        return f"pytorch-{self.label}"
+
+    def kind(self) -> str:
+        """`the PyTorch index's build for CUDA 13.0`, `… CPU build`, `… for ROCm 6.4`, `… for Intel GPUs (XPU)`."""
+        if self.label == "cpu":
+            return "the PyTorch index's CPU build"
+        if self.label == "xpu":
+            return "the PyTorch index's build for Intel GPUs (XPU)"
+        if self.label.startswith("rocm"):
+            return f"the PyTorch index's build for ROCm {self.label[4:]}"
+        digits = self.label[2:]
+        return f"the PyTorch index's build for CUDA {int(digits[:-1])}.{digits[-1]}"
+
+
+def build_of(pin: str) -> Build | None:
+    """The PyTorch-index build a pin names (`torch==2.11.0+cu130`), else None (a release of PyPI, a source).
+
+    >>> build_of("torch==2.11.0+cu130").kind(), build_of("torch==2.13.0"), build_of("mylib==1.0+local")
+    ("the PyTorch index's build for CUDA 13.0", None, None)
+    """
+    name, sep, version = pin.partition("==")
+    found = _BUILD.match(version.strip()) if sep else None
+    if found is None:
+        return None
+    return Build(name.strip(), version.strip(), found["release"], found["label"])
 
 
 def build_index(pin: str) -> tuple[str, str]:
@@ -68,22 +126,47 @@ def build_index(pin: str) -> tuple[str, str]:
     >>> build_index("peft==0.19.1")
     ('peft==0.19.1', '')
     """
-    name, sep, version = pin.partition("==")
-    found = _BUILD.match(version.strip()) if sep else None
-    if found is None:
-        return pin, ""
-    return f"{name}=={found['release']}", PYTORCH_INDEX.format(label=found["label"])
+    found = build_of(pin)
+    return (pin, "") if found is None else (f"{found.name}=={found.release}", found.index)
 
 
 def indexes(pins: Sequence[str]) -> list[tuple[str, str]]:
     """(`torch 2.13.0+cpu`, its index) for every pin that is a build of the PyTorch index."""
-    out = []
+    return [(f"{b.name} {b.version}", b.index) for b in map(build_of, pins) if b is not None]
+
+
+def build_notes(pins: Sequence[str], cuda: str, name: str) -> list[tuple[str, str]]:
+    """(sentence, command or "") pairs: which torch build ran it, where the script gets it, and how to run
+    the script on a machine without that GPU. The docstring and the report say the same.
+
+    >>> print(build_notes(["torch==2.11.0+cu130"], "13.0", "repro.py")[1][1])
+    sed 's#whl/cu130"#whl/cpu"#' repro.py > repro-cpu.py && uv run repro-cpu.py
+    >>> build_notes(["torch==2.11.0"], "13.0", "repro.py")[0][0][:51]
+    "It ran with torch 2.11.0, PyPI's build (for CUDA 13"
+    """
+    notes: list[tuple[str, str]] = []
+    for build in filter(None, map(build_of, pins)):
+        took = f"the script takes {build.name} from {build.index} (an explicit index, for {build.name} only)."
+        notes.append((f"It ran with {build.name} {build.version}, {build.kind()}: {took}", ""))
+        if build.label != "cpu":
+            cpu = name.removesuffix(".py") + "-cpu.py"
+            point = f"On a machine without that GPU, the CPU build of {build.name} {build.release} (the index's url set to {CPU_INDEX}):"
+            notes.append((point, f"sed 's#whl/{build.label}\"#whl/cpu\"#' {name} > {cpu} && uv run {cpu}"))
+        notes.append(("With the wheels in a folder instead:", f"UV_FIND_LINKS=/path/to/wheels uv run --no-sources {name}"))
     for pin in pins:
-        _, index = build_index(pin)
-        if index:
-            name, _, version = pin.partition("==")
-            out.append((f"{name} {version}", index))
-    return out
+        package, sep, version = pin.partition("==")
+        if sep and package.strip() == "torch" and build_of(pin) is None and cuda:
+            default = f"It ran with torch {version}, PyPI's build (for CUDA {cuda} on Linux): the script takes it from PyPI"
+            notes.append((f"{default}, and it runs as it is on a machine without a GPU too (on the CPU).", ""))
+    return notes
+
+
+def gpu_note(gpus: int) -> str:
+    """What a scenario that needs GPUs does without them (its REQUIRES)."""
+    return (
+        f"The failure needs the GPU: the scenario needs {gpus} GPU(s) (its REQUIRES), and on a machine without "
+        "them it says so and exits 125 (not applicable)."
+    )
 
 
 def literal(text: str) -> str:
@@ -107,29 +190,40 @@ def literal(text: str) -> str:
 def pep723_script(spec: ReproSpec, signature_source: str, name: str = "repro.py") -> str:
     """The script. signature_source: `harness/analysis/signature.py`'s text, carried so the script
     prints the signature exactly as the harness computes it. name: the script's file name, for its help."""
+    return "\n".join([*_block(spec), _docstring(spec, name), _BODY_HEAD, _constants(spec), _signature_code(signature_source), _main(spec)])
+
+
+def _block(spec: ReproSpec) -> list[str]:
+    """The `# /// script` block: the Python the cells ran, the set pinned, the rest held, a PyTorch-index
+    build's index (explicit: for its package only)."""
     pins = [build_index(p)[0] for p in spec.pins]
     held = sorted({build_index(c)[0] for c in spec.constraints} - set(pins), key=str.lower)
-    block = ["# /// script", f'# requires-python = "=={spec.python}.*"', "# dependencies = ["]
+    python = [f'# requires-python = "=={spec.python}.*"'] if _PYTHON.match(spec.python) else []
+    block = ["# /// script", *python, "# dependencies = ["]
     block += [f"#     {json.dumps(p)}," for p in pins] + ["# ]"]
     if held:
         block += ["#", "# [tool.uv]", "# # every other package at the version the environment had (its `uv pip freeze`)"]
         block += ["# constraint-dependencies = ["] + [f"#     {json.dumps(c)}," for c in held] + ["# ]"]
-    block.append("# ///")
-    return "\n".join([*block, _docstring(spec, name), _BODY_HEAD, _constants(spec), _signature_code(signature_source), _main(spec)])
+    built = [b for b in map(build_of, spec.pins) if b is not None]
+    for builds in {b.label: [c for c in built if c.label == b.label] for b in built}.values():  # one index per build label
+        what = ", ".join(f"{b.name} {b.version}" for b in builds)
+        block += ["#", "# [[tool.uv.index]]", f"# # {what}, the build that ran it: {builds[0].kind()}, for {builds[0].name} only"]
+        block += [f'# name = "{builds[0].index_name}"', f'# url = "{builds[0].index}"', "# explicit = true"]
+    if built:
+        block += ["#", "# [tool.uv.sources]"] + [f'# {b.name} = {{ index = "{b.index_name}" }}' for b in built]
+    return [*block, "# ///"]
 
 
 def _docstring(spec: ReproSpec, name: str) -> str:
     verdict = "fails with the signature below (exit 1)" if spec.expect == "fails" else "passes (exit 0)"
     lines = [f"Reproduces: {spec.title}", "", f"    uv run {name}", "", f"With this set it {verdict}."]
     lines += [spec.about] if spec.about else []
-    for built, index in indexes(spec.pins):
-        lines += [
-            "",
-            f"The environment that ran it had {built}, a build of the PyTorch index. Pinned as its release",
-            "here, uv takes PyPI's build; to get the same build:",
-            f"    uv run --index {index} {name}",
-            f"or, from a folder of wheels: UV_FIND_LINKS=/path/to/wheels uv run {name}",
-        ]
+    if spec.machine:
+        lines += ["", f"It {'failed' if spec.expect == 'fails' else 'passed'} on {spec.machine}."]
+    if spec.gpus:
+        lines.append(gpu_note(spec.gpus))
+    for sentence, command in build_notes(spec.pins, spec.cuda, name):
+        lines += ["", sentence] + ([f"    {command}"] if command else [])
     what = (
         f"Runs the scenario {spec.run} (its code and the helpers it imports are below) in a temporary folder."
         if spec.kind == "scenario"

@@ -229,7 +229,12 @@ class Machine:
         return " · ".join(parts)
 
 
-def _minor(text: str) -> str:
+def minor_version(text: str) -> str:
+    """`3.12` of `3.12.3`; "" for anything that is no version (the path of an interpreter).
+
+    >>> minor_version("3.12.3"), minor_version("/opt/torch/.venv/bin/python3")
+    ('3.12', '')
+    """
     match = _PYTHON.match(text or "")
     return f"{match.group(1)}.{match.group(2)}" if match else ""
 
@@ -253,7 +258,9 @@ def machine_of(row: Mapping[str, Any]) -> Machine:
 
 def _machine_of(row: Mapping[str, Any], found: Mapping[str, str]) -> Machine:
     python = (
-        _minor(str(row.get("python_version") or "")) or _minor(str(row.get("python") or "")) or _minor(str(row.get("host_python") or ""))
+        minor_version(str(row.get("python_version") or ""))
+        or minor_version(str(row.get("python") or ""))
+        or minor_version(str(row.get("host_python") or ""))
     )
     cuda = str(row.get("cuda_runtime") or "") or _cuda_from_torch(found.get("torch", ""))
     # A row with no host at all (pure tests, hand-made rows) has no machine class to name.

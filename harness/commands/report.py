@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rich.console import Console
@@ -45,7 +45,7 @@ from harness.analysis.report import (
 )
 from harness.analysis.repro import ReproSpec, pep723_script
 from harness.analysis.requirement import StatedRequirement, of_signature, requirements
-from harness.analysis.rows import distance, installed, machine_of, node_ids, signature_of
+from harness.analysis.rows import distance, installed, machine_of, minor_version, node_ids, signature_of
 from harness.analysis.status import FAILURES
 from harness.commands import flags
 from harness.commands.answer import answer
@@ -54,6 +54,7 @@ from harness.inputs import bundled
 from harness.inputs.scenarios import available, load_scenario, lookup_names
 from harness.storage import queries, recorded
 from harness.storage.store import Store
+from harness.workflows.changes import cause_markdown
 
 #: A test's suite carried into a repro: at most this many files (a conftest that imports half the repository is no repro).
 _MOST_FILES = 60
@@ -117,9 +118,29 @@ def machine_roots(runs: Mapping[str, Mapping[str, Any]], db: Path) -> list[tuple
         roots += [(str(f), "<find-links>") for f in settings.get("find_links_expanded") or [] if str(f).startswith("/")]
         envs = str(settings.get("env_dir") or "")
         roots += [(envs, "<envs>")] if envs.startswith("/") else []
+        roots += interpreter_roots(str(settings.get("python") or ""))
     checkout = bundled.checkout()
     roots += [(str(checkout), "")] if checkout else []
     roots += [(str(Path.cwd()), ""), (str(db.resolve().parent), ""), (tempfile.gettempdir(), "<tmp>"), (str(Path.home()), "~")]
+    return roots
+
+
+def interpreter_roots(python: str) -> list[tuple[str, str]]:
+    """A matrix's `python` that is an interpreter's path (a GPU runner's `/opt/torch/.venv/bin/python3`):
+    the interpreter as `<python>` and the environment it lies in as `<base-env>`; [] for a version.
+
+    >>> interpreter_roots("/opt/torch/.venv/bin/python3")
+    [('/opt/torch/.venv/bin/python3', '<python>'), ('/opt/torch/.venv', '<base-env>')]
+    >>> interpreter_roots("/usr/bin/python3.12"), interpreter_roots("3.12")
+    ([('/usr/bin/python3.12', '<python>')], [])
+    """
+    if not python.startswith("/"):
+        return []
+    path = PurePosixPath(python)
+    roots = [(python, "<python>")]
+    env = path.parent.parent if path.parent.name == "bin" else None
+    if env is not None and str(env) not in ("/", "/usr", "/usr/local"):  # a system prefix holds more than this interpreter
+        roots.append((str(env), "<base-env>"))
     return roots
 
 
@@ -179,7 +200,7 @@ def _signature_report(read: _Read, chosen: str, lead: str = "", repro: Path | No
         repro=link,
         roots=read.roots,
     )
-    return markdown, written
+    return markdown + cause_markdown(read.store, chosen), written  # the culprit `harness explain` found, where it ran
 
 
 def report_file(db: Path, signature: str = "", cell: str = "", *, test: str = "", repro: Path | None = None) -> str:
@@ -258,22 +279,22 @@ def _write_repro(
     path.write_text(script)
     written = [path]
     if passing is None:
-        return Repro(path.name, script), written
+        return Repro(path.name, script, gpus=spec.gpus), written
     about = f"The passing set: {_named(passing[0])}; one step from the failing set of {path.name}: {passing[1]}."
     twin.write_text(pep723_script(_spec(read, passing[0], chosen, carried, "passes", about), source, twin.name))
-    return Repro(path.name, script, twin.name, passing[1]), [*written, twin]
+    return Repro(path.name, script, twin.name, passing[1], spec.gpus), [*written, twin]
 
 
 def _named(row: Mapping[str, Any]) -> str:
     return ", ".join(f"{a} {v}" for a, v in installed(row).items())
 
 
-#: (kind, what runs, the files it needs, whether it declares SETUP): what `_carried` finds for a repro.
-Carried = tuple[str, str, tuple[tuple[str, str], ...], bool]
+#: (kind, what runs, the files it needs, whether it declares SETUP, the GPUs it needs): what `_carried` finds for a repro.
+Carried = tuple[str, str, tuple[tuple[str, str], ...], bool, int]
 
 
 def _spec(read: _Read, row: Mapping[str, Any], signature: str, carried: Carried, expect: str, about: str) -> ReproSpec:
-    kind, run, files, setup = carried
+    kind, run, files, setup, gpus = carried
     runinfo = read.runs.get(str(row.get("run_id")), {})
     pins = repro_pins(row, runinfo, kind == "test")
     record = next(iter(recorded.cell_records(read.store, str(row["cell_id"]))), {})
@@ -282,19 +303,23 @@ def _spec(read: _Read, row: Mapping[str, Any], signature: str, carried: Carried,
     # Only releases: a package installed from a folder or a URL of this machine cannot be held elsewhere.
     held = tuple(f"{k}=={v}" for k, v in sorted(freeze.items()) if k.lower() not in named and re.fullmatch(r"[\w.!+-]+", str(v)))
     message = local_paths(str(row.get("message") or signature).strip().splitlines()[0], read.roots)
+    machine = machine_of(row)  # the cells' own Python (3.12), never the matrix's `python`, which may be the runner's path
     return ReproSpec(
         title=message[:200],
         signature=signature,
         kind="test" if kind == "test" else "scenario",
         run=run,
         pins=tuple(pins),
-        python=str(row.get("python") or record.get("python") or "3.11"),
+        python=machine.python or minor_version(str(record.get("python_version") or "")),
         files=files,
         constraints=held,
         libraries=tuple(installed(row)),
         expect="fails" if expect == "fails" else "passes",
         about=about,
         setup=setup,
+        machine=machine.label(),
+        cuda=machine.cuda,
+        gpus=gpus,
     )
 
 
@@ -310,13 +335,14 @@ def _carried(read: _Read, example: Mapping[str, Any]) -> Carried:
                 "of your own. Use the report's commands (its checkout at that tag) instead"
             )
         node = node_ids([example], str(example["cell_id"])).get(scenario, scenario)
-        return "test", node, suite_files(Path(str(suite.get("root") or ".")), node), False
+        return "test", node, suite_files(Path(str(suite.get("root") or ".")), node), False, 0
     path = _scenario_path(scenario, run)
     try:
-        setup = bool(load_scenario(path).setup)
+        loaded = load_scenario(path)
+        setup, gpus = bool(loaded.setup), loaded.requires.gpus
     except BadInput:
-        setup = False
-    return "scenario", path.name, scenario_files(path, bundled.kit_dir()), setup
+        setup, gpus = False, 0
+    return "scenario", path.name, scenario_files(path, bundled.kit_dir()), setup, gpus
 
 
 def _scenario_path(name: str, run: Mapping[str, Any]) -> Path:

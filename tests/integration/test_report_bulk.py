@@ -57,7 +57,9 @@ def test_the_repro_of_a_scenario_carries_its_code_and_helpers_and_pins_the_set(d
     assert passing["dependencies"] == [p.format("1.14.0") for p in pins]
     held = failing["tool"]["uv"]["constraint-dependencies"]  # type: ignore[index]
     assert "numpy==2.4.6" in held and not any(c.startswith(("torch", "accelerate")) for c in held)
-    assert "uv run --index https://download.pytorch.org/whl/cpu repro.py" in script
+    # the CPU build that ran it, from the PyTorch index (explicit: for torch only), or from a folder of wheels
+    assert failing["tool"]["uv"]["sources"] == {"torch": {"index": "pytorch-cpu"}}  # type: ignore[index]
+    assert "UV_FIND_LINKS=/path/to/wheels uv run --no-sources repro.py" in script
     # the scenario, inlined with every helper it imports (the kit, the tiny Gemma 4, the offload helpers)
     files = re.findall(r'^    "([^"]+)": r', script, re.MULTILINE)
     assert files == [f"{LOAD}.py", "_gemma4.py", "_kit.py", "_offload.py"]

@@ -223,14 +223,15 @@ def test_the_repro_fails_with_the_signature_and_the_passing_set_passes(reports: 
     # elsewhere: a folder of its own with the two files and nothing else
     for name in ("repro.py", "repro-passing.py"):
         shutil.copy(reports[kind] / name, tmp_path / name)
-    # the CPU build from the folder of wheels (as the script's comment says), never PyPI's CUDA build: checked before anything installs
-    resolved = _uv("export", "--script", "repro.py", "--no-header", cwd=tmp_path)
+    # the CPU build from the folder of wheels (as the script's comment says: its index left out), never PyPI's CUDA build:
+    # checked before anything installs
+    resolved = _uv("export", "--script", "repro.py", "--no-header", "--no-sources", cwd=tmp_path)
     if "torch==2.13.0+cpu" not in resolved.stdout:
         pytest.skip(f"uv does not resolve torch 2.13.0+cpu from PIP_FIND_LINKS here: {(resolved.stderr or resolved.stdout)[-300:]}")
-    failing = _uv("run", "--isolated", "repro.py", cwd=tmp_path)
+    failing = _uv("run", "--isolated", "--no-sources", "repro.py", cwd=tmp_path)
     assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
     assert failing.stdout.splitlines()[-2:] == [f"signature: {SIG}", "repro: fails with the reported signature"]
-    passing = _uv("run", "--isolated", "repro-passing.py", cwd=tmp_path)
+    passing = _uv("run", "--isolated", "--no-sources", "repro-passing.py", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-3000:]
     assert passing.stdout.splitlines()[-1] == "repro: passes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repro-passing.py", "repro.py"]  # it wrote nothing beside itself

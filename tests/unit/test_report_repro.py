@@ -81,12 +81,42 @@ def test_the_block_pins_the_set_and_holds_the_rest_and_names_no_local_folder() -
     script = pep723_script(spec(), SOURCE)
     found = metadata(script)
     assert found["requires-python"] == "==3.11.*"
-    # a build of the PyTorch index is pinned as its release, which a plain index resolves; the rest exactly
+    # a build of the PyTorch index: its release pinned, taken from that index (explicit: for torch only); the rest exactly
     assert found["dependencies"] == ["torch==2.13.0", "peft==0.19.1"]
-    assert found["tool"] == {"uv": {"constraint-dependencies": ["numpy==2.4.6"]}}
-    assert "uv run --index https://download.pytorch.org/whl/cpu repro.py" in script
-    assert "UV_FIND_LINKS=/path/to/wheels uv run repro.py" in script
+    assert found["tool"] == {
+        "uv": {
+            "constraint-dependencies": ["numpy==2.4.6"],
+            "index": [{"name": "pytorch-cpu", "url": "https://download.pytorch.org/whl/cpu", "explicit": True}],
+            "sources": {"torch": {"index": "pytorch-cpu"}},
+        }
+    }
+    assert "# # torch 2.13.0+cpu, the build that ran it: the PyTorch index's CPU build, for torch only" in script
+    assert "UV_FIND_LINKS=/path/to/wheels uv run --no-sources repro.py" in script
+    assert "On a machine without that GPU" not in script  # a CPU build runs anywhere
     compile(script, "repro.py", "exec")
+
+
+def test_a_cuda_build_is_taken_from_its_index_and_the_script_says_how_to_run_it_without_the_gpu() -> None:
+    gpu = "NVIDIA H100 80GB HBM3 · linux-x86_64 · Python 3.12 · CUDA 13.0"
+    script = pep723_script(spec(pins=("torch==2.11.0+cu130", "peft==0.19.1"), python="3.12", machine=gpu, cuda="13.0", gpus=1), SOURCE)
+    found = metadata(script)
+    assert found["requires-python"] == "==3.12.*" and found["dependencies"] == ["torch==2.11.0", "peft==0.19.1"]
+    uv = found["tool"]["uv"]  # type: ignore[index]
+    assert uv["index"] == [{"name": "pytorch-cu130", "url": "https://download.pytorch.org/whl/cu130", "explicit": True}]
+    assert uv["sources"] == {"torch": {"index": "pytorch-cu130"}}
+    assert "# # torch 2.11.0+cu130, the build that ran it: the PyTorch index's build for CUDA 13.0, for torch only" in script
+    assert f"It failed on {gpu}." in script and "the scenario needs 1 GPU(s) (its REQUIRES)" in script
+    # without that GPU: the same release's CPU build, the index's url changed and nothing else
+    cpu = script.replace('whl/cu130"', 'whl/cpu"')
+    assert "sed 's#whl/cu130\"#whl/cpu\"#' repro.py > repro-cpu.py && uv run repro-cpu.py" in script
+    assert metadata(cpu)["tool"]["uv"]["index"][0]["url"] == "https://download.pytorch.org/whl/cpu"  # type: ignore[index]
+
+
+def test_the_default_build_needs_no_index_and_no_python_is_written_that_is_not_a_version() -> None:
+    script = pep723_script(spec(pins=("torch==2.11.0", "peft==0.19.1"), constraints=(), python="", cuda="13.0"), SOURCE)
+    found = metadata(script)
+    assert "requires-python" not in found and "tool" not in found and found["dependencies"] == ["torch==2.11.0", "peft==0.19.1"]
+    assert "It ran with torch 2.11.0, PyPI's build (for CUDA 13.0 on Linux)" in script
 
 
 #: (pin, what the block says, the index of its build)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.analysis import redact, shorttrace
@@ -161,8 +163,24 @@ def test_local_paths(text: str, roots: list[tuple[str, str]], written: str) -> N
     assert local_paths(text, roots) == written
 
 
+def test_the_runner_interpreter_and_its_env_are_written_as_labels() -> None:
+    # a GPU runner's matrix names its interpreter (`python = "/opt/torch/.venv/bin/python3"`): its paths are the runner's
+    from harness.commands.report import interpreter_roots, machine_roots
+
+    runs = {"r": {"settings": {"python": "/opt/torch/.venv/bin/python3", "env_dir": ".nox", "find_links_expanded": [".wheelhouse"]}}}
+    roots = machine_roots(runs, Path("results/gpu.duckdb"))
+    assert set(interpreter_roots("/opt/torch/.venv/bin/python3")) <= set(roots)
+    text = "/opt/torch/.venv/bin/python3 -c 'import torch' (in /opt/torch/.venv; /opt/torch/.venv/lib/python3.12/site-packages/torch/x.py)"
+    assert local_paths(text, roots) == "<python> -c 'import torch' (in <base-env>; site-packages/torch/x.py)"
+    assert "/opt" not in local_paths("/opt/torch/.venv/bin/python3.12 -m pytest", interpreter_roots("/opt/torch/.venv/bin/python3.12"))
+
+
 def test_doctests() -> None:
     import doctest
+
+    from harness.commands import report
+
+    assert doctest.testmod(report).failed == 0
 
     assert doctest.testmod(shorttrace).failed == 0
     assert doctest.testmod(redact).failed == 0

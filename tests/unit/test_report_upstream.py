@@ -205,7 +205,12 @@ def test_the_one_file_repro_leads_the_reproduce_section_and_its_text_is_left_as_
     assert section.startswith("One file, nothing to check out: `repro.py` (below) is a [PEP 723]")
     assert "uv run repro.py           # fails (exit 1) and prints the signature" in section
     assert "uv run repro-passing.py   # peft 0.19.0 instead of 0.18.1: passes (exit 0)" in section
-    assert "`uv run --index https://download.pytorch.org/whl/cpu repro.py`" in section
+    # the build that failed, where the script gets it, and the folder of wheels instead
+    assert (
+        "It ran with torch 2.13.0+cpu, the PyTorch index's CPU build: the script takes torch from https://download.pytorch.org/whl/cpu"
+        in section
+    )
+    assert "`UV_FIND_LINKS=/path/to/wheels uv run --no-sources repro.py`" in section
     assert f"```python\n{script.rstrip()}\n```" in section  # the script as written: the user's code is not rewritten
     assert "Or, in an environment of your own:" in section
 
