@@ -124,7 +124,7 @@ def moves(before: Facts, after: Facts, files: Iterable[str] = ()) -> list[Move]:
     code_moved = bool(before.code and after.code and before.code != after.code)
     if code_moved:
         found.append(Move("code", after.commit.get("repo", "") or before.commit.get("repo", ""), _sha(before), _sha(after)))
-    elif before.code and after.code:  # the team's code is the same: a test file or the configuration moved alone (outside git)
+    else:  # the team's code is the same (or not recorded: scenarios): a test or scenario file, or the configuration, moved alone
         found += [
             Move("file", f, before.files.get(f, ""), after.files.get(f, ""))
             for f in sorted(set(files))
@@ -273,6 +273,7 @@ class Explanation:
     probes: tuple[Probed, ...] = ()
     left: str = ""  # with `budget`: what was still in play
     why: str = ""  # with `flaky`: which probe disagreed
+    link: str = ""  # the culprit commit's page, where its repository is on a forge the harness knows
 
     def describe(self) -> str:
         """One line: the cause and how it was found."""
@@ -318,6 +319,7 @@ class Explanation:
             "undecided": [s.sha for s in self.undecided],
             "probes": [{"config": p.config.describe(), "look": p.look.value, "detail": p.detail} for p in self.probes],
             "left": self.left,
+            "link": self.link,
         }
 
 
@@ -369,7 +371,7 @@ def explain(
         return Explanation("static", moves_)
     if len(moves_) == 1 and (not probeable[0].ranged or len(steps(probeable[0])) <= 2):
         # exactly one thing moved, and there is nothing within it to walk: it is the cause, with no probe
-        found_steps = steps(probeable[0])
+        found_steps = steps(probeable[0]) if probeable[0].ranged else ()
         commit = found_steps[-1] if probeable[0].ranged and len(found_steps) == 2 else None
         return Explanation("culprit", moves_, (probeable[0],), commit, found_steps[0] if commit else None)
     search = _Search(probe, budget, spent)
@@ -482,6 +484,26 @@ def parse_budget(text: str) -> tuple[int, float]:
         raise ValueError(f"--budget {text!r}: give a number of probes (20) or of minutes (30m)")
     value = int(found.group(1))
     return (0, value * 60.0) if found.group(2) else (value, 0.0)
+
+
+def commit_link(url: str, sha: str) -> str:
+    """A commit's page on GitHub, GitLab or Hugging Face from its repository's URL (a git axis's
+    `git+https://…@ref`, or a clone's `origin`); "" for a forge the harness does not know.
+
+    >>> commit_link("git+https://github.com/huggingface/accelerate@main", "abc123")
+    'https://github.com/huggingface/accelerate/commit/abc123'
+    >>> commit_link("git@github.com:team/repo.git", "abc123"), commit_link("file:///tmp/repo", "abc123")
+    ('https://github.com/team/repo/commit/abc123', '')
+    """
+    bare = url.removeprefix("git+")
+    head, _, ref = bare.rpartition("@")
+    if head and "/" not in ref and "://" in head:  # a ref after the path (`…/accelerate@main`), not a user (`git@host:`)
+        bare = head
+    found = re.match(r"(?:https?://|ssh://git@|git@)(github\.com|gitlab\.com|huggingface\.co)[:/](.+?)(?:\.git)?/?$", bare)
+    if not found or not sha:
+        return ""
+    host, path = found.groups()
+    return f"https://{host}/{path}/commit/{sha}" if host != "gitlab.com" else f"https://{host}/{path}/-/commit/{sha}"
 
 
 def with_commits(move: Move, count: int) -> Move:

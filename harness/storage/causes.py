@@ -120,7 +120,8 @@ def facts(store: SqlResultsFile, pairs: Iterable[tuple[str, str]]) -> dict[tuple
         found[key] = Facts(
             freeze={str(k): str(v) for k, v in json_map(cell["installed"]).items()},
             git={str(k): str(v) for k, v in json_map(cell["git_commits"]).items()},
-            files={str(k): str(v) for k, v in json_map(tests.get("files")).items()},
+            # a suite's test files, or the scenario files by name: what a change's file is looked up by
+            files={str(k): str(v) for k, v in (json_map(tests.get("files")) or json_map(inputs.get("scenarios"))).items()},
             config=str(tests.get("config") or ""),
             code=str(tests.get("code") or ""),
             commit={str(k): str(v) for k, v in json_map(tests.get("commit")).items()},

@@ -240,3 +240,22 @@ def sections(report: Report) -> list[tuple[str, str, tuple[str, ...]]]:
         if cells:
             found.append((machine, f"New cells, {len(cells)}", tuple(cells)))
     return found
+
+
+def cause_markdown(store: SqlResultsFile, signature: str) -> str:
+    """A report's "Why it changed": the causes `harness explain` stored for a failure, each with its
+    commit's page where there is one; "" where none was stored."""
+    from harness.storage import causes
+
+    found = sorted((key, cause) for key, cause in causes.read(store).items() if key[3] == signature)
+    if not found:
+        return ""
+    lines = ["", "## Why it changed", ""]
+    for (after_run, cell, kind, _), cause in found[:5]:
+        link = str(cause.explanation.get("link") or "")
+        commit = cause.explanation.get("commit") or {}
+        page = f" ([{str(commit.get('sha', ''))[:12]}]({link}))" if link and isinstance(commit, dict) else ""
+        lines.append(f"- {'started failing' if kind == 'regressed' else 'fixed'} in `{cell}` (run `{after_run}`): {cause.text}{page}")
+    if len(found) > 5:
+        lines.append(f"- … and {len(found) - 5} more cell(s): `harness changes --json` lists each cause")
+    return "\n".join(lines) + "\n"

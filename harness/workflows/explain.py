@@ -36,7 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.changes import Change
-from harness.analysis.explain import Config, Explanation, Facts, Look, Move, Sides, Step, explain, parse_budget, state_of, with_commits
+from harness.analysis.explain import (
+    Config,
+    Explanation,
+    Facts,
+    Look,
+    Move,
+    Sides,
+    Step,
+    commit_link,
+    explain,
+    parse_budget,
+    state_of,
+    with_commits,
+)
 from harness.analysis.rows import json_map
 from harness.analysis.versions import git_url_without_ref
 from harness.errors import BadInput
@@ -184,7 +197,18 @@ def _explain_one(
         on_line(f"  probe {config.describe()}: {look.value}" + (f" ({detail})" if detail else ""))
         return look, detail
 
-    return explain(moved, probe, lambda m: probing.steps(m, before, after), budget=budget, spent=spent)
+    found = explain(moved, probe, lambda m: probing.steps(m, before, after), budget=budget, spent=spent)
+    if found.commit is not None and found.culprits:
+        (move,) = found.culprits
+        url = _origin(after.commit.get("repo", "")) if move.kind == "code" else after.freeze.get(move.name, "")
+        found.link = commit_link(url, found.commit.sha)
+    return found
+
+
+def _origin(repo: str) -> str:
+    """The URL of a repository's `origin` remote ("" where it has none)."""
+    done = subprocess.run(["git", "-C", repo, "remote", "get-url", "origin"], capture_output=True, text=True) if repo else None
+    return done.stdout.strip() if done is not None and done.returncode == 0 else ""
 
 
 def _sides(target: Target) -> Sides:
@@ -355,6 +379,8 @@ class _Probes:
     def steps(self, move: Move, before: Facts, after: Facts) -> list[Step]:
         """The commits of a git axis's or the team's range, the night before's end first; [] where
         the repository cannot be read here."""
+        if not move.ranged:
+            return []
         if move in self._steps:
             return self._steps[move]
         repo = after.commit.get("repo", "") if move.kind == "code" else self._clone(after.freeze.get(move.name, ""))
@@ -364,6 +390,8 @@ class _Probes:
 
     def _clone(self, url: str) -> str:
         """A local repository of a git axis's URL: the path itself for a local one, else a clone kept beside the envs."""
+        if "://" not in url:
+            return ""  # not a git source: nothing to walk
         bare = git_url_without_ref(url).removeprefix("git+")
         if bare.startswith("file://"):
             return bare.removeprefix("file://")

@@ -245,10 +245,18 @@ def test_the_workflow_init_wrote_runs_job_by_job(tool: Tool, project: Path) -> N
     watch_step["run"] = watch_step["run"].replace("harness watch ", f"harness watch --exclude-newer {SETUP_NIGHT} ")
     steps = runner.job("watch", checkout, common)
     names = [step.get("name") for step, _ in steps]
-    assert names == ["Install the harness", "Merge the shards", "Summary", "What changed since the last night", "Watch for new releases"]
+    assert names == [
+        "Install the harness",
+        "Merge the shards",
+        "Why it changed",
+        "Summary",
+        "What changed since the last night",
+        "Watch for new releases",
+    ]
     assert all(proc.returncode == 0 for _, proc in steps), [(p.stdout[-2000:], p.stderr[-2000:]) for _, p in steps]
     assert "2 outcome(s) added" in steps[1][1].stdout  # the second shard's copy holds the same outcomes: no duplicates
     assert "Known-good set" in (checkout / "summary.txt").read_text()
+    assert "nothing to explain: no test started failing or was fixed since r-" in (checkout / "explain.txt").read_text()
     report = json.loads((checkout / "watch.json").read_text())
     assert report["exit_status"] == 0 and report["new"] == {}
     assert report["held"] == {"torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2"}

@@ -39,6 +39,7 @@ ALLOWED_STDLIB = frozenset(
         "hashlib",  # a signature's id
         "itertools",
         "json",
+        "math",  # a ceiling (explain's halving)
         "operator",  # itemgetter: a row's cell columns read in C (rows.cell_facts)
         "pathlib",
         "re",
