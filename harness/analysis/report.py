@@ -259,7 +259,7 @@ def libraries_in_trace(traceback: str, libraries: Iterable[str] = DEFAULT_LIBRAR
 
 
 def _blamed(rows: Sequence[Mapping[str, Any]], signature: str, transitions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """(library, why): the frame the signature names; else the one axis the attribution moves."""
+    """(library, why): the frame the signature names; else the library whose releases the answers move."""
     counted = Counter(str(r.get("blamed_library") or "") for r in rows if r.get("blamed_library"))
     if counted:
         library = counted.most_common(1)[0][0]
@@ -268,11 +268,40 @@ def _blamed(rows: Sequence[Mapping[str, Any]], signature: str, transitions: Sequ
     if " @ " in signature:
         location = signature.rsplit(" @ ", 1)[1]
         return location.split("/", 1)[0], f"the innermost frame under test is `{location}`"
-    axes = {str(t.get("axis")) for t in transitions if t.get("axis")}
-    if len(axes) == 1:
-        axis = axes.pop()
-        return axis, f"no frame of a library under test; the attribution moves only {axis}'s releases"
-    return "", ""
+    return _by_releases(transitions, str(rows[0].get("scenario") or "") if rows else "")
+
+
+def file_at(rows: Sequence[Mapping[str, Any]], signature: str, transitions: Sequence[Mapping[str, Any]]) -> str:
+    """The library a failure is filed at, as its report's "File at" names it; "" where undetermined."""
+    return _blamed(rows, signature, [t for t in transitions if t.get("signature", signature) == signature])[0]
+
+
+#: The answers a "File at" line quotes at most.
+_QUOTED = 3
+
+
+def _by_releases(transitions: Sequence[Mapping[str, Any]], scenario: str) -> tuple[str, str]:
+    """(library, why) where the failing frame is the scenario's or the test's own code: the library whose
+    releases introduced or fixed it, where one explains it. That is the only axis the answers move; else
+    the only one with an exact introduction (its releases brought it, whatever others did); else, with
+    no introduction, the only one with an exact fix. ("", "") where none does."""
+    moves = [Transition.from_dict(t) for t in transitions if t.get("kind") in ("introduced", "fixed") and t.get("axis")]
+    axes = {t.axis for t in moves}
+    introduced = {t.axis for t in moves if t.kind == "introduced" and t.exact}
+    fixed = {t.axis for t in moves if t.kind == "fixed" and t.exact}
+    chosen = axes if len(axes) == 1 else introduced if len(introduced) == 1 else fixed if not introduced and len(fixed) == 1 else set()
+    if not chosen:
+        return "", ""
+    axis = next(iter(chosen))
+    mine = [t for t in moves if t.axis == axis]
+    answers = list(dict.fromkeys(t.headline() for t in sorted(mine, key=lambda t: (not t.exact, t.kind != "introduced"))))
+    own = "the test's own code" if is_test(scenario) else "the scenario's own check"
+    only = "only " if len(axes) == 1 else ""
+    why = f"the failing frame is {own}, and {only}{axis}'s releases change it: {'; '.join(answers[:_QUOTED])}"
+    fixes = sorted((t.after for t in mine if t.kind == "fixed" and t.exact), key=version_key)
+    if fixes and any(t.kind == "introduced" for t in mine):  # (a fix alone has its note above the summary)
+        why += f". It is fixed in {axis} {fixes[0]}: file only if it fails with the newest release, or say there that it is fixed"
+    return axis, why
 
 
 def _file_at(library: str, why: str, others: Sequence[tuple[str, str]]) -> list[str]:
@@ -282,7 +311,7 @@ def _file_at(library: str, why: str, others: Sequence[tuple[str, str]]) -> list[
     elif library:
         lines = [f"**File at:** the `{library}` project — {why}."]
     else:
-        lines = ["**File at:** undetermined — no frame inside a library under test, and no single library's release changes it."]
+        lines = ["**File at:** undetermined — no frame inside a library under test, and no single library's releases explain it."]
     links = [f"{repository(lib) or lib} (`{where}`)" for lib, where in others if lib != library and lib not in _SUBSTRATE]
     if links:
         lines.append(f"**Cross-link:** {', '.join(links)} — also in the traceback.")
@@ -300,16 +329,32 @@ def _headline(row: Mapping[str, Any]) -> str:
     return first if len(first) <= 140 else first[:139] + "…"
 
 
+#: A suggested title fits in a line of an issue tracker's list.
+TITLE_LIMIT = 100
+
+
+def suggested_title(headline: str, library: str, version: str = "", limit: int = TITLE_LIMIT) -> str:
+    """The exception and its library in at most `limit` characters: `… (accelerate 1.13.0)`, the version
+    left out where it does not fit, the message cut where the library alone does not; a file the message
+    ends on (`(site-packages/peft/x.py)`) left out first.
+
+    >>> suggested_title("TypeError: Params4bit.__new__() got an unexpected keyword argument '_is_hf_initialized'", "accelerate", "1.13.0")
+    "TypeError: Params4bit.__new__() got an unexpected keyword argument '_is_hf_initialized' (accelerate)"
+    >>> len(suggested_title("ScenarioFailed: keys " + str([f"model.layers.{i}.mlp" for i in range(20)]), "peft", "0.19.0"))
+    100
+    """
+    headline = re.sub(r" \((?:[\w.<>~-]+/)+[\w.-]+\.py\)$", "", headline)  # the file of an ImportError: no title needs it
+    tails = [f" ({library} {version})", f" ({library})"] if library and version else [f" ({library})"] if library else [""]
+    for tail in tails:
+        if len(headline) + len(tail) <= limit:
+            return headline + tail
+    return headline[: limit - len(tails[-1]) - 1].rstrip() + "…" + tails[-1]
+
+
 def _paragraph(doc: str) -> str:
     """A docstring's first paragraph on one line, ending with a full stop."""
     text = " ".join(doc.strip().split("\n\n", 1)[0].split())
     return text if not text or text.endswith((".", "!", "?")) else text + "."
-
-
-def _context(doc: str) -> str:
-    """A scenario docstring's first line, up to its first colon: `PEFT adapter load onto a split 4-bit Gemma 4`."""
-    first = doc.strip().splitlines()[0] if doc.strip() else ""
-    return first.split(":", 1)[0].strip().rstrip(".")
 
 
 # -- shared sections -------------------------------------------------------------------------
@@ -762,9 +807,7 @@ def render_signature_report(
     trace = _trace(example)
     versions = installed(example)
     headline = _headline(example)
-    context = _context(docs.get(scenarios[0], ""))
-    blamed_version = f" ({library} {versions[library]})" if library in versions else ""
-    title = (f"{context}: " if context else "") + headline + blamed_version
+    title = suggested_title(headline, library, versions.get(library, ""))
 
     out = [f"<!-- harness report: {signature} -->", f"**Suggested title:** {title}", ""]
     out += _file_at(library, why, libraries_in_trace(str(example.get("traceback") or ""), libs))

@@ -35,6 +35,7 @@ from harness.analysis.redact import local_paths
 from harness.analysis.report import (
     Repro,
     example_of,
+    file_at,
     is_test,
     passing_of,
     render_cell_report,
@@ -472,11 +473,14 @@ def report_all(db: Path, out: Path, *, repro: bool = False) -> Written:
         families: dict[str, list[Mapping[str, Any]]] = {}
         for row in failing:
             families.setdefault(signature_of(row), []).append(row)
+        moves: dict[str, list[dict[str, Any]]] = {}
+        for t in read.found.transitions:
+            moves.setdefault(t.signature, []).append(t.to_dict())
         entries = []
         reports: list[Path] = []
         scripts: list[Path] = []
         for chosen, hits in sorted(families.items(), key=lambda item: (-len({r["scenario"] for r in item[1]}), item[0])):
-            blamed = next((str(r.get("blamed_library") or "") for r in hits if r.get("blamed_library")), "")
+            blamed = file_at(hits, chosen, moves.get(chosen, []))  # the frame's library, else the one whose releases change it
             stem = f"{blamed or 'unblamed'}-{hits[0].get('signature_family') or 'status'}"
             markdown, written = _signature_report(read, chosen, repro=out / f"{stem}.py" if repro else None)
             (out / f"{stem}.md").write_text(markdown)
