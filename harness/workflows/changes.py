@@ -150,7 +150,7 @@ def leading_causes(report: Report, most: int = 3) -> list[str]:
         said = cause_lines(report, group)
         known = [s for s in said if s.startswith("cause") and "not explained yet" not in s] or [s for s in said if s.startswith("moved")]
         if known:
-            found.append(f"{'+' if group.kind == 'regressed' else '−'} {_what(group)}: {known[0]}")
+            found.append(f"{'+' if group.kind == 'regressed' else '−'} {_what(group)} — {known[0]}")
         if len(found) >= most:
             break
     return found

@@ -130,8 +130,20 @@ def test_your_first_bad_commit(tmp_path: Path, env_root: Path) -> None:
         git(team, "commit", "-qm", f"change {i}")
     _sweep(tmp_path, env_root, "night-2")
     said = _explain(tmp_path, env_root)
-    assert re.search(r"cause: your commit [0-9a-f]{7} change 5 of your code [0-9a-f]{7}\.\.[0-9a-f]{7} \(7 commits\)", said), said
+    cause = r"your commit [0-9a-f]{7} change 5 of your code [0-9a-f]{7}\.\.[0-9a-f]{7} \(7 commits\)"
+    assert re.search(f"cause: {cause}", said), said
     assert len(_probes(said)) <= math.ceil(math.log2(7)) + 1, said
+    # everywhere the change is shown, its cause is shown: changes (text, markdown), the summary's head, the page, the report
+    db = str(tmp_path / "r.duckdb")
+    for shown in (run_cli("changes", "--db", db).stdout, run_cli("changes", "--db", db, "--markdown").stdout):
+        assert re.search(f"cause: {cause}", shown) and "moved: your code" in shown, shown
+    head = " ".join(run_cli("summary", "--db", db).stdout.split("History:")[0].split())  # the terminal's width wraps it
+    assert re.search(f"\\+ tests/test_team.py::test_value — cause: {cause}", head), head
+    run_cli("publish", "--db", db, "--out", str(tmp_path / "site"))
+    since = (tmp_path / "site" / "index.html").read_text().split('id="matrix"')[0]
+    assert re.search(cause, since), since[-2000:]
+    report = run_cli("report", "--db", db, "--test", "tests/test_team.py::test_value").stdout
+    assert "## Why it changed" in report and re.search(cause, report), report[-2000:]
 
 
 def test_a_test_that_flips_during_the_bisection_is_inconclusive_and_names_no_culprit(tmp_path: Path, env_root: Path) -> None:
