@@ -38,7 +38,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.rows import CellFacts, Machine, axis_sort, by_cell, cell_facts, signature_of
-from harness.analysis.status import FAILURES, NO_EVIDENCE, Status
+from harness.analysis.status import FAILURES, NO_EVIDENCE, Status, across_runs
 from harness.analysis.versions import Point, commit_index, order_key, release
 
 Kind = Literal["introduced", "fixed"]
@@ -251,7 +251,11 @@ class Transition:
 
 @dataclass(frozen=True)
 class Flaky:
-    """A cell where a signature showed in some repeats and not in others: no transition uses it."""
+    """A cell where a signature showed in some repeats and not in others: no transition uses it.
+
+    Flaky within a run (its repeats disagree), or across runs (each run's repeats agree, the runs
+    do not: `runs_failed` of `runs_total`), which a matrix with `repeats = 1` shows too.
+    """
 
     scenario: str
     signature: str
@@ -262,10 +266,24 @@ class Flaky:
     signature_family: str = ""
     runs: tuple[str, ...] = ()
     machine: str = ""
+    runs_failed: int = 0  # across runs: the runs in which it failed, of
+    runs_total: int = 0  # the runs that said something (0: flaky within a run)
+    nothing_changed: bool = False  # the history saw it flip with nothing it depends on changed
+
+    @property
+    def across_runs(self) -> bool:
+        return self.runs_total > 0
 
     def describe(self) -> str:
         where = f" on {self.machine}" if self.machine else ""
+        if self.across_runs:
+            same = "with nothing changed" if self.nothing_changed else "with the same versions"
+            return f"flaky across runs: failed in {self.runs_failed} of {self.runs_total} runs {same} ({held_text(self.versions)}){where}"
         return f"flaky: {self.failed} of {self.repeats} repeat(s) with {held_text(self.versions)}{where}"
+
+    def count(self) -> str:
+        """`2/3 repeats`, or `1/2 runs`: the summary's table column."""
+        return f"{self.runs_failed}/{self.runs_total} runs" if self.across_runs else f"{self.failed}/{self.repeats} repeats"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -281,6 +299,9 @@ class Flaky:
             "runs": list(self.runs),
             "how": "flaky",
             "description": self.describe(),
+            "across_runs": self.across_runs,
+            "runs_failed": self.runs_failed,
+            "runs_total": self.runs_total,
         }
 
 
@@ -429,25 +450,34 @@ def attribute(
                     transitions.extend(_unlisted(t) if axis in blind else t for t in walked)
             for cell in sorted(by_combo, key=lambda c: (c.cell_id, c.machine)):
                 if cell.evidence(signature) == "flaky":
-                    failed, _, repeats = cell.counts(signature)
-                    if cell.flaky_across(signature):  # the run that showed the other side counts as one more repeat
-                        failed, repeats = max(failed, 1), repeats + 1
-                    versions = tuple((a, cell.points[a].label()) for a in axis_sort(cell.points))
-                    flaky.append(
-                        Flaky(
-                            scenario,
-                            signature,
-                            cell.cell_id,
-                            versions,
-                            failed,
-                            repeats,
-                            family,
-                            tuple(sorted(cell.runs)),
-                            cell.machine.label(),
-                        )
-                    )
+                    flaky.append(_flaky(cell, scenario, signature, family))
             machines.extend(_machine_differences(scenario, signature, family, by_combo))
     return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
+
+
+def _flaky(cell: _Cell, scenario: str, signature: str, family: str) -> Flaky:
+    """A flaky cell: its repeats, and its runs where they disagree with each other rather than within one."""
+    failed, _, repeats = cell.counts(signature)
+    marked = cell.flaky_across(signature)
+    if marked:  # the run that showed the other side counts as one more repeat
+        failed, repeats = max(failed, 1), repeats + 1
+    split = across_runs(cell.rows, lambda r: r["status"] in FAILURES and signature_of(r) == signature, marked)
+    versions = tuple((a, cell.points[a].label()) for a in axis_sort(cell.points))
+    runs_failed, runs_total = split or (0, 0)
+    return Flaky(
+        scenario,
+        signature,
+        cell.cell_id,
+        versions,
+        failed,
+        repeats,
+        family,
+        tuple(sorted(cell.runs)),
+        cell.machine.label(),
+        runs_failed,
+        runs_total,
+        marked,
+    )
 
 
 def _number(
@@ -693,6 +723,7 @@ def to_rows(result: Attribution, scope: str = "") -> list[dict[str, Any]]:
                 "runs": list(f.runs),
                 "how": "flaky",
                 "description": f.describe(),
+                "across_runs": f.across_runs,
             }
         )
     return rows

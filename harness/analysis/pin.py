@@ -44,7 +44,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.analysis.rows import CellFacts, axis_sort, by_cell, canonical, cell_facts, group_of, json_map, machine_class, machine_of
-from harness.analysis.status import FAILURES, Status
+from harness.analysis.status import FAILURES, Status, across_runs
 from harness.analysis.versions import release, version_key
 from harness.errors import BadInput
 
@@ -235,8 +235,13 @@ class _Cell:
             if r["status"] != Status.PASS
         )
         reason = reasons.most_common(1)[0][0]
-        if passed:
+        split = across_runs(rows, lambda r: r["status"] != Status.PASS) if passed else None
+        if split:  # each run agreed with itself; the runs did not (a matrix with repeats = 1 shows only this)
+            reason = f"flaky across runs: failed in {split[0]} of {split[1]} runs with the same versions ({reason})"
+        elif passed:
             reason = f"flaky: {len(rows) - passed} of {len(rows)} repeat(s) did not pass ({reason})"
+        elif flaky:  # it fails now, and passed in an earlier run with nothing changed
+            reason = f"{reason}; {flaky}"
         return _ScenarioResult(False, reason, passed, len(rows))
 
     @cached_property

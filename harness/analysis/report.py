@@ -40,7 +40,7 @@ from harness.analysis.requirement import requirements as stated_requirements
 from harness.analysis.rows import Machine, axis_sort, distance, installed, machine_class, machine_of, minor_version, node_ids
 from harness.analysis.shorttrace import LIMIT, frames_of, short_traceback
 from harness.analysis.signature import DEFAULT_LIBRARIES, library_of
-from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status
+from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status, across_runs
 from harness.analysis.versions import requirement, version_key
 
 #: Library (canonical name) -> the GitHub repository that takes its issues.
@@ -137,27 +137,30 @@ def _group(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], _Cell]:
 
 
 def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> str:
-    """One scenario in one cell as a table entry: `passes`, `**fails** (error)`, `flaky: fails 1/3`, …
+    """One scenario in one cell as a table entry: `passes`, `**fails** (error)`, `flaky: fails 1/3`,
+    `flaky across runs: fails in 1 of 2 runs`, …
 
     With `signature`, a failure with another signature is `other failure`; without, every
-    failure is named by its exception type.
+    failure is named by its exception type. A cell whose history flipped with nothing changed
+    (`queries.mark_flaky`) is flaky across runs, whatever its current outcomes say.
     """
     if not rows:
         return "not run"
     n = len(rows)
     count = f" {n}/{n}" if n > 1 else ""
     statuses = Counter(str(r["status"]) for r in rows)
-    if statuses[Status.PASS] == n:
+    marked = any("flaky_across" in r and signature in (None, r.get("flaky_signature")) for r in rows)
+    if statuses[Status.PASS] == n and not marked:
         return f"passes{count}"
     if signature is not None:
         hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
-        if len(hits) == n:
+        if len(hits) == n and not marked:
             return f"**fails** ({hits[0]['status']}){count}"
-        if hits:
-            return f"flaky: fails {len(hits)}/{n}"
+        if hits or marked:
+            return _flaky_word(rows, hits, marked)
     failing = [r for r in rows if r["status"] in FAILURES]
-    if failing and statuses[Status.PASS]:
-        return f"flaky: fails {len(failing)}/{n}"
+    if (failing and statuses[Status.PASS]) or (marked and (failing or statuses[Status.PASS] == n)):
+        return _flaky_word(rows, failing, marked)
     if failing:
         status, kind = str(failing[0]["status"]), str(failing[0].get("exception_type") or "")
         if signature is not None:
@@ -165,6 +168,13 @@ def _word(rows: Sequence[Mapping[str, Any]], signature: str | None = None) -> st
         return f"**{status}**{count}" + (f": {kind}" if kind else "")
     status = statuses.most_common(1)[0][0]
     return status.replace("_", " ")
+
+
+def _flaky_word(rows: Sequence[Mapping[str, Any]], failing: Sequence[Mapping[str, Any]], marked: bool) -> str:
+    """`flaky across runs: fails in 1 of 2 runs` where each run agreed with itself, else `flaky: fails 1/3` (its repeats)."""
+    mine = {id(r) for r in failing}
+    split = across_runs(rows, lambda r: id(r) in mine, marked)
+    return f"flaky across runs: fails in {split[0]} of {split[1]} runs" if split else f"flaky: fails {len(failing)}/{len(rows)}"
 
 
 def _contrast(
@@ -585,7 +595,8 @@ def _grouped(transitions: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[M
         if kind in ("introduced", "fixed"):
             groups[(str(t.get("scenario") or ""), kind, Transition.from_dict(t).headline(), str(t.get("machine") or ""))].append(t)
         elif kind in ("flaky", "machine"):
-            groups[(str(t.get("scenario") or ""), kind, "flaky" if kind == "flaky" else str(t.get("description") or ""), "")].append(t)
+            flaky = "flaky across runs" if t.get("across_runs") else "flaky"
+            groups[(str(t.get("scenario") or ""), kind, flaky if kind == "flaky" else str(t.get("description") or ""), "")].append(t)
     out = []
     for (scenario, _, headline, _), members in groups.items():
         label = f"`{scenario}`: " if scenario else ""
@@ -795,10 +806,11 @@ def render_signature_report(
     scenarios = _ordered(signature, rows, hits, lead)
     grouped = _group(r for r in rows if r["scenario"] in set(scenarios))
 
-    def counts(scenario: str) -> tuple[int, int, int]:
-        """(cells where it fails with this signature, cells where it passes, cells tested) for one scenario."""
+    def counts(scenario: str) -> tuple[int, int, int, int]:
+        """(cells where it fails with this signature, where it passes, where it is flaky, cells tested) for one scenario."""
         words = [_word(c.rows[scenario], signature) for c in grouped.values() if c.rows.get(scenario)]
-        return sum(w.startswith("**fails**") for w in words), sum(w.startswith("passes") for w in words), len(words)
+        fails, passes = sum(w.startswith("**fails**") for w in words), sum(w.startswith("passes") for w in words)
+        return fails, passes, sum(w.startswith("flaky") for w in words), len(words)
 
     relevant = [r for r in rows if r["scenario"] in set(scenarios)]
     library, why = _blamed(hits, signature, moves)
@@ -816,9 +828,10 @@ def render_signature_report(
     out += ["", "### Summary", ""]
     out += _requirement_lines(stated_requirements(moves))
     for scenario in scenarios[:_SHOWN_TESTS]:
-        failing, passing, tested = counts(scenario)
+        failing, passing, flaky, tested = counts(scenario)
         doc = _paragraph(docs.get(scenario, ""))
-        said = f"ails with it in {failing} of {tested} tested version set(s); passes in {passing}."
+        said = f"ails with it in {failing} of {tested} tested version set(s); passes in {passing}"
+        said += f"; flaky in {flaky}." if flaky else "."
         out.append(f"- `{scenario}` — {doc} F{said}" if doc else f"- `{scenario}`: f{said}")
     if len(scenarios) > _SHOWN_TESTS:
         out.append(f"- … and {len(scenarios) - _SHOWN_TESTS} more with the same failure (`harness report --all` lists every one)")

@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import enum
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 
 class Status(enum.StrEnum):
@@ -113,3 +114,34 @@ def fold_statuses(statuses: Iterable[str]) -> str:
 def status_of(word: str) -> str:
     """The colour key of a folded word: its status, or `mixed`."""
     return "mixed" if word.endswith("mixed") else word.partition(" ")[0]
+
+
+def across_runs(
+    rows: Iterable[Mapping[str, Any]], failed: Callable[[Mapping[str, Any]], bool], marked: bool = False
+) -> tuple[int, int] | None:
+    """(runs in which it failed, runs) for a failure flaky across runs rather than within one: each run's
+    repeats agree with each other and the runs disagree. `marked`: the results file's history saw it flip
+    with nothing changed (`queries.mark_flaky`), where the run that showed the other side is no longer
+    current: it counts as one more run. None where the repeats of one run disagree (flaky within a run),
+    or nothing flips. A row that is neither a pass nor `failed` (another failure, not applicable) is no
+    evidence either way.
+
+    >>> failed = lambda r: r["status"] == "error"
+    >>> across_runs([{"run_id": "a", "status": "error"}, {"run_id": "b", "status": "pass"}], failed)
+    (1, 2)
+    >>> [across_runs([{"run_id": "a", "status": s}], failed, marked=True) for s in ("pass", "error")]
+    [(1, 2), (1, 2)]
+    >>> across_runs([{"run_id": "a", "status": "error"}, {"run_id": "a", "status": "pass"}, {"run_id": "b", "status": "pass"}], failed)
+    """
+    seen: dict[str, set[bool]] = defaultdict(set)
+    for row in rows:
+        if row["status"] == Status.PASS or failed(row):
+            seen[str(row.get("run_id") or "")].add(failed(row))
+    if not seen or any(len(sides) > 1 for sides in seen.values()):
+        return None
+    failing, runs = sum(True in sides for sides in seen.values()), len(seen)
+    if 0 < failing < runs:
+        return failing, runs
+    if marked:  # every current run agrees; the one before them, now in the history, showed the other side
+        return (failing if failing else 1), runs + 1
+    return None

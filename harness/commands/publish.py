@@ -378,8 +378,10 @@ def _requirements_html(site: Site) -> str:
 
 
 def _answers_html(site: Site) -> str:
+    notes = "".join(f"<li>{_e(n)}</li>" for n in site.notes)
+    also = f"<h3>Also</h3><ul>{notes}</ul>" if notes else ""  # flaky cells and machine differences, answers or none
     if not site.answers and not site.steady:
-        return "<p>No failure changes between two tested versions of an axis (other axes and machine held).</p>"
+        return "<p>No failure changes between two tested versions of an axis (other axes and machine held).</p>" + also
     rows = []
     for a in site.answers:
         badge = "exact" if a.exact else "range"
@@ -402,12 +404,11 @@ def _answers_html(site: Site) -> str:
     steady = "".join(
         f"<li><b>{_e(s)}</b>: <code>{_e(sig)}</code>" + (f" ({_e(who)})" if who else "") + "</li>" for s, sig, who in site.steady
     )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in site.notes)
     return (
         _requirements_html(site)
         + table
         + (f"<h3>No tested version changes (fails in every cell where it runs)</h3><ul>{steady}</ul>" if steady else "")
-        + (f"<h3>Also</h3><ul>{notes}</ul>" if notes else "")
+        + also
     )
 
 

@@ -671,12 +671,12 @@ def render_transitions(
     if flaky:
         table = Table(title="flaky cells (no transition uses them)")
         table.add_column("scenario", overflow="fold")
-        table.add_column("repeats", justify="right")
+        table.add_column("failed in", justify="right")  # repeats of a run, or runs (a matrix with repeats = 1 flips across them)
         table.add_column("cell", overflow="fold")
         table.add_column("signature", overflow="fold")
         for f in flaky:
             cell = ", ".join(f"{a} {v}" for a, v in f.versions)
-            table.add_row(escape(f.scenario), f"{f.failed}/{f.repeats}", escape(cell), escape(f.signature))
+            table.add_row(escape(f.scenario), f.count(), escape(cell), escape(f.signature))
         console.print(table)
 
 

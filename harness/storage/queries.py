@@ -145,7 +145,7 @@ def outcome_rows_with_traces(
     """`outcomes_v` rows plus each outcome's `traceback` and `output_tail` (the view leaves them out).
 
     scenarios: only these tests (identities or node ids; empty: all). cell_id: only this cell.
-    signature: only outcomes with it. Rows as `outcome_rows` gives them (`rows.as_tests`).
+    signature: only outcomes with it. Rows as `outcome_rows` gives them (`rows.as_tests`, `mark_flaky`).
     """
     sql = "SELECT v.*, o.traceback, o.output_tail FROM outcomes_v v JOIN outcomes o USING (run_id, cell_id, scenario, repeat)"
     where: list[str] = []
@@ -163,7 +163,8 @@ def outcome_rows_with_traces(
         params.append(signature)
     if where:
         sql += " WHERE " + " AND ".join(where)
-    return as_tests(store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params))
+    # marked as the answers' rows are: a report's attribution and contrast table see a test flaky across runs as its summary does
+    return mark_flaky(store, as_tests(store.fetch(sql + " ORDER BY v.cell_id, v.scenario, v.run_id, v.repeat", params)))
 
 
 def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:

@@ -303,6 +303,25 @@ def test_flaky_cells_are_reported() -> None:
     assert flaky.describe() == "flaky: 2 of 3 repeat(s) with torch 2.13.0, transformers 5.6.2, accelerate 1.14.0, peft 0.19.1"
 
 
+def test_a_cell_whose_runs_disagree_is_flaky_across_runs_not_in_its_repeats() -> None:
+    # repeats = 1: one repeat a run, the first run failed and the second passed
+    rows = rows_of(cell("pass", accelerate="1.13.0"), cell("has", accelerate="1.14.0"), cell("pass", run="r2", accelerate="1.14.0"))
+    (flaky,) = attribute(rows).flaky
+    assert (flaky.across_runs, flaky.runs_failed, flaky.runs_total) == (True, 1, 2)
+    versions = "torch 2.13.0, transformers 5.6.2, accelerate 1.14.0, peft 0.19.1"
+    assert flaky.describe() == f"flaky across runs: failed in 1 of 2 runs with the same versions ({versions})"
+    assert flaky.count() == "1/2 runs" and flaky.to_dict()["across_runs"] is True
+    # the history saw the newest run flip with nothing changed (`queries.mark_flaky`): the run before counts too
+    marked = rows_of(cell("pass", accelerate="1.13.0"), cell("has", accelerate="1.14.0"))
+    for row in marked[1:]:
+        row.update(flaky_signature=SIG, flaky_across="flaky across runs: passed in r0, failed in r1 (…) with nothing changed")
+    (flaky,) = attribute(marked).flaky
+    assert flaky.describe() == f"flaky across runs: failed in 1 of 2 runs with nothing changed ({versions})"
+    # repeats of one run that disagree are flaky within the run, as before
+    (within,) = attribute(rows_of(cell("has pass", accelerate="1.14.0"), cell("pass", run="r2", accelerate="1.14.0"))).flaky
+    assert within.describe() == f"flaky: 1 of 3 repeat(s) with {versions}" and within.count() == "1/3 repeats"
+
+
 def test_a_cell_passing_sometimes_and_failing_otherwise_is_not_flaky_for_a_signature_it_never_showed() -> None:
     rows = rows_of(cell("has", accelerate="1.13.0"), cell("pass other", accelerate="1.14.0"), cell("pass", accelerate="1.15.0"))
     result = attribute(rows)

@@ -142,6 +142,12 @@ DISQUALIFIED = [
         "error: " + META,
         id="failed-in-another-run",
     ),
+    # ... and said so: each run agreed with itself (one repeat each), the runs did not
+    pytest.param(
+        both("pass") + both("pass", transformers="5.23.0") + cell("meta", "load", run="r2", transformers="5.23.0"),
+        f"flaky across runs: failed in 1 of 2 runs with the same versions (error: {META}",
+        id="flaky-across-runs",
+    ),
     # a chosen scenario was never run there: no evidence is not a pass
     pytest.param(both("pass") + cell("pass", "load", transformers="5.23.0"), "lora no outcome", id="missing-scenario"),
     # not applicable (no GPU, too old) is not a pass either
