@@ -298,9 +298,10 @@ def test_a_file_from_before_the_split_reads_as_it_did_until_compact_splits_it(tm
     changes = subprocess.run([sys.executable, "-m", "harness", "changes", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
     assert changes.returncode == 2 and "harness compact --db" in changes.stderr
     done = subprocess.run([sys.executable, "-m", "harness", "compact", "--db", str(db)], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 0 and "applied 0010_history, 0011_collections; 4 current outcome(s), 0 history row(s)" in done.stdout, (
-        done.stdout + done.stderr
-    )
+    assert (
+        done.returncode == 0
+        and "applied 0010_history, 0011_collections, 0012_causes; 4 current outcome(s), 0 history row(s)" in done.stdout
+    ), done.stdout + done.stderr
     with Store(db, read_only=True) as store:
         assert {r["run_id"] for r in store.fetch("SELECT run_id FROM outcomes")} == {
             "old-2"

@@ -133,6 +133,7 @@ def test_every_harness_command_in_the_workflow_parses(project: Path) -> None:
         ("plan", "plan"),
         ("sweep", "sweep"),
         ("watch", "merge"),
+        ("watch", "explain"),
         ("watch", "summary"),
         ("watch", "changes"),
         ("watch", "watch"),
