@@ -4,8 +4,10 @@ The dashboard's Matrix page and `harness publish` draw the same spec. Columns ar
 their versions, axis by axis, with one axis (`last`) varying fastest: a release of that axis
 that changes a verdict then sits right beside the one before it, so the change shows as an
 edge of colour. Above the heatmap, one strip per axis that varies names each column's
-version; where attribution found a transition, a tick on the edge (or, when the two cells
-are not neighbours in this order, a triangle in the new side's cell) says which release did it.
+version: across its run of columns where it fits, else rotated up it (the strip as tall as
+that takes, a version too long for it cut with `…`), the tooltip whole; where attribution found
+a transition, a tick on the edge (or, when the two cells are not neighbours in this order, a
+triangle in the new side's cell) says which release did it.
 
 >>> cols = [Column("b", "b", (("torch", "2.13.0"), ("peft", "0.21.2"))), Column("a", "a", (("torch", "2.13.0"), ("peft", "0.19.1")))]
 >>> [c.key for c in order(cols)]
@@ -50,6 +52,9 @@ ROW, STRIP, LABEL_LIMIT = 18, 14, 330
 MAX_STEP = 28
 #: Roughly the width of one character of the 11 px labels: what decides whether a version fits in its run of the strip.
 CHAR = 6.2
+#: A version that does not fit across its run is written up it, rotated: where the run is this wide (the text's
+#: height), in a strip as tall as its longest such version, at most ROTATED_MAX px (a longer one is cut, `…`).
+ROTATED_MIN, ROTATED_MAX = 10, 64
 #: The selections a click makes: a square (its cell and row), an edge mark (its failure).
 PICK, EDGE = "pick", "edge"
 
@@ -186,12 +191,63 @@ def runs(columns: Sequence[Column], axis: str) -> list[tuple[int, int, str]]:
 
 
 def _strips(columns: Sequence[Column], axes: Sequence[str], step: float) -> list[dict[str, Any]]:
+    """One datum per run of equal versions of each axis: its text across the run (`t`) where it fits,
+    else up it (`r`, rotated) where the run is as wide as the text is tall; `m` is the run's middle."""
     data = []
     for axis in axes:
         for n, (first, end, value) in enumerate(runs(columns, axis)):
-            fits = (end - first) * step >= len(value) * CHAR + 4
-            data.append({"a": SHORT.get(axis, axis), "x": first, "x2": end, "v": value, "odd": n % 2, "t": value if fits else ""})
+            width = (end - first) * step
+            across = width >= len(value) * CHAR + 4
+            up = not across and width >= ROTATED_MIN
+            data.append(
+                {
+                    "a": SHORT.get(axis, axis),
+                    "x": first,
+                    "x2": end,
+                    "m": (first + end) / 2,
+                    "v": value,
+                    "odd": n % 2,
+                    "t": value if across else "",
+                    "r": value if up else "",
+                }
+            )
     return data
+
+
+def strip_height(data: Sequence[Mapping[str, Any]]) -> int:
+    """One strip's height: a line where every version is written across its run, else its longest rotated version's length."""
+    longest = max((len(str(d["r"])) for d in data if d["r"]), default=0)
+    return STRIP if not longest else int(min(ROTATED_MAX, max(STRIP, longest * CHAR + 6)))
+
+
+def _strip_view(axis: str, data: Sequence[Mapping[str, Any]], wide: float, x: Mapping[str, Any]) -> dict[str, Any]:
+    """The strip of one axis above the heatmap: shaded runs, each with its version across or up it."""
+    height = strip_height(data)
+    return {
+        "data": {"name": "strips"},
+        "transform": [{"filter": {"field": "a", "equal": axis}}],
+        "width": wide,
+        "height": height,
+        "encoding": {
+            "y": {"field": "a", "type": "nominal", "title": None, "axis": {"labelFontSize": 11, "labelOverlap": False}},
+            "x": x,
+        },
+        "layer": [
+            {
+                "mark": {"type": "rect", "stroke": "#ffffff", "strokeWidth": 1},
+                "encoding": {
+                    "x2": {"field": "x2"},
+                    "color": {"field": "odd", "type": "nominal", "scale": {"range": ["#e3e7ec", "#c9d1da"]}, "legend": None},
+                    "tooltip": [{"field": "a", "title": "axis"}, {"field": "v", "title": "version"}],
+                },
+            },
+            {"mark": {"type": "text", "align": "left", "dx": 2, "fontSize": 10}, "encoding": {"text": {"field": "t"}}},
+            {
+                "mark": {"type": "text", "angle": 270, "align": "center", "baseline": "middle", "fontSize": 10, "limit": height - 4},
+                "encoding": {"x": {**x, "field": "m"}, "text": {"field": "r"}},
+            },
+        ],
+    }
 
 
 def label_width(rows: Iterable[str]) -> int:
@@ -273,36 +329,12 @@ def spec(
         "layer": [square, edge_layer, inside_layer],
         "resolve": {"scale": {"color": "independent"}},  # a mark's kind is no status
     }
-    strips: dict[str, Any] = {
-        "data": {"name": "strips"},
-        "width": wide,
-        "height": {"step": STRIP},
-        "encoding": {
-            "y": {
-                "field": "a",
-                "type": "nominal",
-                "sort": [SHORT.get(a, a) for a in axes],
-                "title": None,
-                "axis": {"labelFontSize": 11, "labelOverlap": False},
-            },
-            "x": x,
-        },
-        "layer": [
-            {
-                "mark": {"type": "rect", "stroke": "#ffffff", "strokeWidth": 1},
-                "encoding": {
-                    "x2": {"field": "x2"},
-                    "color": {"field": "odd", "type": "nominal", "scale": {"range": ["#e3e7ec", "#c9d1da"]}, "legend": None},
-                    "tooltip": [{"field": "a", "title": "axis"}, {"field": "v", "title": "version"}],
-                },
-            },
-            {"mark": {"type": "text", "align": "left", "dx": 2, "fontSize": 10}, "encoding": {"text": {"field": "t"}}},
-        ],
-    }
+    strip_data = _strips(columns, axes, step)
+    strips = [_strip_view(a, [d for d in strip_data if d["a"] == a], wide, x) for a in (SHORT.get(a, a) for a in axes)]
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",  # an identifier only: nothing fetches it
-        "datasets": {"heat": squares, "columns": cols, "marks": points, "strips": _strips(columns, axes, step)},
-        "vconcat": [strips, heatmap] if axes else [heatmap],
+        "datasets": {"heat": squares, "columns": cols, "marks": points, "strips": strip_data},
+        "vconcat": [*strips, heatmap],  # one strip per axis that varies (each as tall as its versions need), the heatmap last
         "spacing": 4,
         "resolve": {"scale": {"color": "independent"}},  # the strips' shades are no status
         "config": {"view": {"stroke": None}, "axis": {"domain": False, "ticks": False}},

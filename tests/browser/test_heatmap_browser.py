@@ -3,7 +3,10 @@
 - every scenario of the shipped file is on the Matrix page, its name whole, with no horizontal scroll;
 - a click on a square of the heatmap opens that cell, at that scenario;
 - `harness publish`'s page opens from file:// with the network off, asks nothing of any host,
-  draws its heatmap and gives the answers `harness summary` gives.
+  draws its heatmap and gives the answers `harness summary` gives;
+- every run of columns of the version strips says its version, inside its own run (across it, or
+  rotated up it where it does not fit across), at 3 and at 27 columns, on the published page and
+  on the dashboard's Matrix page (#49 item 5).
 
 The screenshots go to artifacts/screenshots/; `test_docs_screenshots` writes the pictures of
 docs/dashboard.md (HARNESS_DOCS_SCREENSHOTS=docs/images, see there).
@@ -22,6 +25,10 @@ from typing import Any
 
 import duckdb
 import pytest
+
+from harness.analysis.outcome import CellRecord, Outcome, Status
+from harness.storage.store import Store
+from tests.browser.conftest import streamlit_command
 
 WINDOW = {"width": 1440, "height": 1000}
 HEATMAP = '[data-testid="stVegaLiteChart"]'
@@ -165,5 +172,96 @@ def test_the_published_page_opens_offline_with_the_summary_answers(
         assert set(scenarios_of(dashboard_db)) <= drawn  # every scenario has its row in the drawn heatmap
         assert tab.locator("#heatmap svg g.mark-rect path").count() > 800
         tab.screenshot(path=str(screenshots / "published-site-1440.png"))
+    finally:
+        context.close()
+
+
+# -- the version strips (#49 item 5) ---------------------------------------------------------------------
+TRANSFORMERS, ACCELERATE, PEFT = ("5.10.4", "5.22.2", "5.23.0"), ("1.13.0", "1.14.0", "1.15.0"), ("0.19.1", "0.20.0", "0.21.2")
+
+
+def strips_db(folder: Path, columns: int) -> Path:
+    """A results file of 3 cells (transformers 5.10.4, 5.22.2, 5.23.0) or 27 (× accelerate × peft); the load
+    fails with 5.10.4, so transformers varies fastest (the busiest axis) and each of its runs is one column."""
+    combos = (
+        [(tf, ACCELERATE[0], PEFT[0]) for tf in TRANSFORMERS] if columns == 3 else list(itertools.product(TRANSFORMERS, ACCELERATE, PEFT))
+    )
+    path = folder / f"strips-{columns}.duckdb"
+    with Store(path) as store:
+        store.ensure_run("r1", "matrix.toml", "[axes]", {"python": "3.11"}, "0.1.0", {"platform": "linux-x86_64", "gpu": "cpu", "gpus": []})
+        for tf, acc, peft in combos:
+            versions = {"torch": "2.13.0", "transformers": tf, "accelerate": acc, "peft": peft}
+            cell = f"torch2.13.0-tf{tf}-acc{acc}-peft{peft}"
+            pins = [f"{k}=={v}" for k, v in versions.items()]
+            store.record_cell(
+                CellRecord("r1", cell, "3.11", versions, pins, {**versions, "torch": "2.13.0+cpu"}, {}, {}, "ready", "", 1.0, False)
+            )
+            for scenario in ("gemma4_peft_split_4bit_load", "gemma4_lora_inner_linear"):
+                fails = scenario.endswith("load") and tf == "5.10.4"
+                sig = "KeyError: <key> @ transformers/modeling_utils.py:load" if fails else ""
+                store.add_outcome(
+                    Outcome("r1", cell, scenario, 0, Status.ERROR if fails else Status.PASS, message="KeyError: 22" if fails else "",
+                            signature=sig, signature_family="5d41402abc4b" if fails else "", blamed_library="transformers" if fails else "",
+                            exception_type="KeyError" if fails else "", seconds=1.0, started_at="2026-11-21T10:00:00")
+                )  # fmt: skip
+    return path
+
+
+#: For every shaded run of a version strip (its tooltip names the version): the texts drawn inside it. The strips
+#: are the concatenated views above the heatmap; a run's label is a text of the same view that lies within the run.
+STRIP_LABELS = """(root) => {
+    const svg = document.querySelector(root + ' svg');
+    const runs = Array.from(svg.querySelectorAll('g.mark-rect.role-mark path[aria-label*="version: "]'));
+    return runs.map(run => {
+        const view = Array.from(run.parentNode.classList).find(c => c.startsWith('concat_')).split('_layer_')[0];
+        const version = run.getAttribute('aria-label').split('version: ')[1];
+        const box = run.getBoundingClientRect();
+        const inside = Array.from(svg.querySelectorAll(`g.mark-text.role-mark[class*="${view}_layer_"] text`))
+            .filter(t => t.textContent)
+            .map(t => [t.textContent, t.getBoundingClientRect()])
+            .filter(([, r]) => r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1)
+            .map(([text, r]) => [text, r.width < r.height]);
+        return [version, box.width, inside];
+    });
+}"""
+
+
+def assert_every_run_says_its_version(page: Any, root: str, columns: int) -> None:
+    runs = page.evaluate(STRIP_LABELS, root)
+    tf = [r for r in runs if r[0] in TRANSFORMERS]
+    assert len(tf) == columns, runs  # transformers varies fastest: one run per column
+    for version, width, inside in runs:
+        assert [text for text, _ in inside] == [version], f"the run of {version} ({width:.0f} px wide) shows {inside}"
+    # a column too narrow for "5.10.4" across it has it rotated up it
+    assert all(up for _, width, inside in tf for _, up in inside if width < len("5.10.4") * 6.2 + 4)
+
+
+@pytest.mark.parametrize("columns", [3, 27])
+def test_every_strip_run_of_the_published_page_says_its_version(browser: Any, tmp_path: Path, screenshots: Path, columns: int) -> None:
+    page_file = publish(strips_db(tmp_path, columns), tmp_path / "site")
+    context = browser.new_context(viewport=WINDOW, offline=True)
+    tab = context.new_page()
+    try:
+        tab.goto(page_file.as_uri())
+        tab.wait_for_selector("#heatmap[data-drawn=true]", timeout=30_000)
+        assert_every_run_says_its_version(tab, "#heatmap", columns)
+        tab.locator("#heatmap").screenshot(path=str(screenshots / f"published-strips-{columns}.png"))
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("columns", [3, 27])
+def test_every_strip_run_of_the_dashboard_matrix_says_its_version(
+    browser: Any, launch: Any, port: int, tmp_path: Path, screenshots: Path, columns: int
+) -> None:
+    pytest.importorskip("streamlit", reason="the dashboard needs streamlit (pip install -e '.[dev]')")
+    url = launch(streamlit_command(strips_db(tmp_path, columns), port), port)
+    context = browser.new_context(viewport=WINDOW, base_url=url)
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    try:
+        open_matrix(tab)
+        assert_every_run_says_its_version(tab, HEATMAP, columns)
+        tab.locator(HEATMAP).first.screenshot(path=str(screenshots / f"matrix-strips-{columns}.png"))
     finally:
         context.close()

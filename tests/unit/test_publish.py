@@ -245,11 +245,27 @@ def test_the_spec_has_every_row_and_square_and_fits_its_width() -> None:
     columns = heatmap.order(_columns())
     squares = [heatmap.square(row, i, "pass") for row in ("a_long_scenario_name", "b") for i in range(len(columns))]
     spec = heatmap.spec(["a_long_scenario_name", "b"], columns, squares, width=500)
-    heat = spec["vconcat"][1]
+    heat = spec["vconcat"][-1]  # below the strips
     assert heat["layer"][0]["encoding"]["y"]["sort"] == ["a_long_scenario_name", "b"]
     assert len(spec["datasets"]["heat"]) == 8 and heat["width"] <= 500 - heatmap.label_width(["a_long_scenario_name"])
     strips = {d["a"] for d in spec["datasets"]["strips"]}
     assert strips == {"tf", "acc"}  # one strip per library that varies
+    assert [view["transform"][0]["filter"]["equal"] for view in spec["vconcat"][:-1]] == ["tf", "acc"]
+
+
+def test_a_version_that_does_not_fit_across_its_run_is_written_up_it() -> None:
+    # 27 columns of 20 px: transformers varies fastest, one column a run; peft's runs are 9 columns wide
+    columns = [
+        heatmap.Column(f"c{i}", f"c{i}", (("transformers", tf), ("peft", peft)))
+        for i, (peft, tf) in enumerate((p, t) for p in ("0.19.1", "0.20.0", "0.21.2") for t in ("5.10.4", "5.22.2", "5.23.0") * 3)
+    ]
+    strips = heatmap._strips(columns, ["peft", "transformers"], step=20)
+    tf = [d for d in strips if d["a"] == "tf"]
+    assert len(tf) == 27 and all(d["t"] == "" and d["r"] == d["v"] for d in tf)  # 6 characters need 41 px across: up it
+    assert all(d["t"] == d["v"] and d["r"] == "" for d in strips if d["a"] == "peft")  # 180 px: across
+    assert heatmap.strip_height(tf) == int(len("5.10.4") * heatmap.CHAR + 6) and heatmap.strip_height(strips[:3]) == heatmap.STRIP
+    # too narrow even up it (the text's height): the tooltip says it
+    assert {d["r"] for d in heatmap._strips(columns, ["transformers"], step=8)} == {""}
 
 
 def test_the_support_page_marks_the_stored_answers_as_attribution_would_now() -> None:
