@@ -313,14 +313,17 @@ def _not_run(items: list[Change], again: Mapping[tuple[str, str, str], list[str]
     """The tests a file's collection error kept from running, on the error's own change (a new
     failing file in a cell that ran before is a regression), and those that run again on its fix."""
     kept: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    ran: dict[tuple[str, str, str, str], str] = {}  # the last run that ran them: the run before the file's change
     for c in items:
         if c.kind == "not_run":
-            kept[(c.machine, c.cell_id, c.signature, c.after_run)].append(c.test)
+            key = (c.machine, c.cell_id, c.signature, c.after_run)
+            kept[key].append(c.test)
+            ran[key] = max(ran.get(key, ""), c.before_run)
     found: list[Change] = []
     for c in items:
         key = (c.machine, c.cell_id, c.signature, c.after_run)
         if c.kind in ("regressed", "new") and c.after == "fail" and key in kept:
-            found.append(replace(c, kind="regressed", not_run=tuple(sorted(kept.pop(key)))))
+            found.append(replace(c, kind="regressed", not_run=tuple(sorted(kept.pop(key))), before_run=c.before_run or ran[key]))
         elif c.kind == "fixed" and (c.machine, c.cell_id, c.signature) in again:
             found.append(replace(c, not_run=tuple(sorted(again[(c.machine, c.cell_id, c.signature)]))))
         elif c.kind != "not_run":

@@ -291,7 +291,7 @@ class Explanation:
                 where = f"{'your commit' if move.kind == 'code' else move.name + ' commit'} {self.commit}{pr}"
                 range_ = f" of {move.describe()}"
                 undecided = f"; or one of {len(self.undecided)} commit(s) before it that could not be judged" if self.undecided else ""
-                return f"{where}{range_}{undecided} ({n})"
+                return f"{where}{range_}{undecided} ({n if self.probes else 'the only change'})"
             alone = "the only change" if not self.probes else f"alone reproduces it; {n}"
             return f"{move.describe()} ({alone})"
         if self.verdict == "set":

@@ -216,7 +216,8 @@ def _sides(target: Target) -> Sides:
     before: dict[str, str] = {}
     after: dict[str, str] = {}
     for change in target.changes:
-        old = "pass" if change.before == "pass" else (change.before_signature or change.signature or change.before or "")
+        # a file's collection error that is new (its tests ran before): the file collected then
+        old = "pass" if change.before in ("pass", "") else (change.before_signature or change.signature or change.before)
         new = "pass" if change.after == "pass" else (change.signature or change.after)
         before[change.node], after[change.node] = (old or "pass"), new
     return Sides(before, after, regression=target.kind == "regressed")

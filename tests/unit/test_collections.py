@@ -299,5 +299,6 @@ def test_a_file_that_stops_importing_carries_its_tests_and_a_cell_is_new_only_if
     ]
     found = compare(spans, T[1], SAME, known_cells=[("m", "c")])
     assert [(c.kind, c.test, c.not_run) for c in found.items] == [("regressed", "f.py", ("f.py::a", "f.py::b"))]
+    assert found.items[0].before_run == "r1"  # the run that last ran its tests: what moved since is read against it
     assert found.new_cells == () and found.headline() == "+1 failing (2 tests not run), −0 fixed, 0 flaky"
     assert compare(spans, T[1], SAME, known_cells=[]).new_cells == (("m", "c"),)

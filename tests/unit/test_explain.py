@@ -142,3 +142,13 @@ def test_look(sides: Sides, repeats: list[dict[str, str]], look: Look) -> None:
 def test_a_budget_that_is_no_number_of_probes_or_minutes_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="give a number of probes"):
         parse_budget(text)
+
+
+def test_a_file_that_stopped_collecting_is_probed_against_the_night_its_tests_ran() -> None:
+    from harness.analysis.changes import Change
+    from harness.workflows.explain import Target, _sides
+
+    error = Change("regressed", "m", "c", "t.py", "t.py", "", "fail", "ImportError: x", "r1", "r2", ("t.py::a",))
+    sides = _sides(Target("regressed", "ImportError: x", "r1", "r2", ("c",), (error,), ()))
+    assert (sides.before, sides.after) == ({"t.py": "pass"}, {"t.py": "ImportError: x"})  # the file collected the night before
+    assert sides.look([{"t.py": "pass"}]) == Look.BEFORE and sides.look([{"t.py": "ImportError: x"}]) == Look.AFTER
