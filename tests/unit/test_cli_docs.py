@@ -12,7 +12,7 @@ import pytest
 from harness.cli import COMMANDS, build_parser, command
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+DOCS = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))])
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:

@@ -7,8 +7,8 @@ No module of harness/ reaches itself through its imports (a circle), lazy import
 
 The analysis package (statuses, versions, signatures, records, attribution, refinement and
 bisection searches, pins, reports) imports only what an allow list names (stdlib modules that
-do no I/O, packaging, itself, errors.py), so it can be tested with tables of cases. README's
-## Layout names every module by its path under harness/, and no file that is not there.
+do no I/O, packaging, itself, errors.py), so it can be tested with tables of cases.
+docs/architecture.md's ## Layout names every module by its path under harness/, and no file that is not there.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def test_importing_the_analysis_loads_nothing_else_of_the_harness() -> None:
 
 
 def _layout() -> str:
-    """README's ## Layout section."""
-    readme = (REPO / "README.md").read_text()
+    """docs/architecture.md's ## Layout section."""
+    readme = (REPO / "docs" / "architecture.md").read_text()
     start = readme.index("\n## Layout\n")
     end = readme.find("\n## ", start + 1)
     return readme[start : end if end != -1 else len(readme)]
@@ -132,13 +132,13 @@ def _named_files(token: str) -> list[Path]:
 
 def test_the_readme_layout_names_every_module_and_only_modules_that_exist() -> None:
     tokens = re.findall(r"`([\w./-]+\.py)`", _layout())
-    assert tokens, "README's ## Layout names no `module.py`"
+    assert tokens, "docs/architecture.md's ## Layout names no `module.py`"
     unknown = sorted({t for t in tokens if not _named_files(t)})
-    assert not unknown, f"README's layout names files that do not exist: {unknown}"
+    assert not unknown, f"docs/architecture.md's layout names files that do not exist: {unknown}"
     named = {p for t in tokens for p in _named_files(t)}
     modules = [p for p in (REPO / "harness").rglob("*.py") if "templates" not in p.parts]
     missing = sorted(str(p.relative_to(REPO)) for p in modules if p.stem not in ("__init__", "__main__") and p not in named)
-    assert not missing, f"README's layout does not name {missing}"
+    assert not missing, f"docs/architecture.md's layout does not name {missing}"
 
 
 def test_a_runner_sweep_needs_no_duckdb() -> None:
@@ -165,7 +165,7 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
 
 def test_harness_has_only_its_layers_and_the_cli_at_the_top() -> None:
     folders = {p.name for p in (REPO / "harness").iterdir() if p.is_dir() and p.name not in ("__pycache__", "templates")}
-    assert folders == set(LAYERS), f"harness/ holds {sorted(folders)}: a new folder is a new layer (add it to LAYERS and README)"
+    assert folders == set(LAYERS), f"harness/ holds {sorted(folders)}: a new folder is a new layer (add it to LAYERS and docs/architecture.md)"
     top = {p.name for p in (REPO / "harness").glob("*.py")}
     assert top == TOP, f"harness/ holds modules outside its layers: {sorted(top - TOP)}"
 
