@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.analysis import export, pin
+from harness.analysis import export, pin, status
+from harness.analysis import rows as row_facts
 from harness.analysis.export import Sources
 from harness.analysis.pin import Constraints, PinResult, choose
 from harness.analysis.rows import installed as axis_versions
@@ -339,3 +340,5 @@ def test_bad_fix_is_bad_input(fix: str) -> None:
 def test_doctests() -> None:
     assert doctest.testmod(pin).failed == 0
     assert doctest.testmod(export).failed == 0
+    assert doctest.testmod(status).failed == 0  # across_runs: flaky across runs, not within one
+    assert doctest.testmod(row_facts).failed == 0
