@@ -20,8 +20,8 @@ from pathlib import Path
 
 from harness.analysis.pin import choose
 from harness.analysis.selection import select_tests, selects
-from harness.commands.answer import answer
 from harness.storage.store import Store
+from harness.workflows.answering import answer
 
 
 def scan(stored: Sequence[str], selectors: Sequence[str]) -> list[str]:

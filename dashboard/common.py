@@ -357,7 +357,7 @@ CHEAP_ANSWERS = 20_000
 
 def answers_if_cheap(store: Store) -> list[dict[str, Any]]:
     """Every transition of the file (`failure_answers`), when stored and current or quick to compute; else none."""
-    from harness.commands import answer
+    from harness.workflows import answering as answer
 
     if attributed.answers_current(store) or queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
         return answer.failure_answers(store).transitions

@@ -478,7 +478,7 @@ def _selected(
         return chosen, empty, ""
     markers = common.query(queries.test_markers)
     if not markers:
-        from harness.commands.pin import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
+        from harness.workflows.pinning import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
 
         return [], empty, f"-m {marker!r}: this file stores no markers; {MARKERS_NOT_STORED}"
     try:

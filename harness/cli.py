@@ -22,8 +22,8 @@ from typing import Protocol, cast
 from rich.console import Console
 
 from harness import __version__
-from harness.commands.summary import WIDTH
 from harness.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, HarnessError
+from harness.render.summary import WIDTH
 
 #: Every command, in the order `harness --help` lists them; each is the module `harness/commands/<name>.py`.
 COMMANDS = (

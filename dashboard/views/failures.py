@@ -9,8 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import common, logic, suite
-from harness.commands import answer
 from harness.storage import pages, suites
+from harness.workflows import answering as answer
 
 COLUMNS = [
     "signature",

@@ -4,7 +4,7 @@ On each machine class's known-good line: every other library at that machine's k
 version, so two columns differ in this library alone. A square is the folded outcome there;
 a column of releases the index lists between two that ran says *not built*; ★ (fixed) and
 ▲ (introduced) mark the exact answers of attribution on that line. The same tables as
-`harness publish` writes (`harness.analysis.support`, through `harness.commands.publish.support_of`).
+`harness publish` writes (`harness.analysis.support`, through `harness.workflows.support.support_of`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboard import common, logic
 from harness.analysis.support import SupportTable
-from harness.commands import publish
+from harness.workflows import support as publish
 
 st.title("Support")
 common.data_banner()

@@ -1,7 +1,7 @@
 """What a results file answers, computed one way for every face. Pure.
 
 Every face (the CLI's commands, the summary, the report, the pin, the watch, refinement's
-rounds and the dashboard) reads a results file through `harness.commands.answer.answer`, which
+rounds and the dashboard) reads a results file through `harness.workflows.answering.answer`, which
 hands the rows it read and the releases the index listed to `answer_rows` here. An `Answer`
 holds:
 

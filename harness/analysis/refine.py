@@ -4,7 +4,7 @@ A range (`Transition` with releases `not_built` between its ends) is refined on 
 the same machine, the same other axes, the axis set to a release in between. `search` runs the
 rounds: each round it asks its `answers` seam for the transitions the stored outcomes give now,
 names the probe cells (`plan_round`), and hands them to its `build` seam, which (in the driver,
-`harness.commands.refine`) builds and runs them as ordinary cells and stores their outcomes; then the
+`harness.workflows.refining`) builds and runs them as ordinary cells and stores their outcomes; then the
 next round, until no range is left that a build could narrow, or the limit of probe cells is
 reached. The search never builds, runs or prints (as `analysis.bisect`'s does not).
 

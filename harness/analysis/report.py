@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,18 @@ from harness.analysis.redact import local_paths
 from harness.analysis.repro import build_notes, gpu_note, indexes
 from harness.analysis.requirement import StatedRequirement
 from harness.analysis.requirement import requirements as stated_requirements
-from harness.analysis.rows import Machine, axis_sort, distance, installed, machine_class, machine_of, minor_version, node_ids
+from harness.analysis.rows import (
+    Machine,
+    axis_sort,
+    distance,
+    installed,
+    is_test,
+    machine_class,
+    machine_of,
+    minor_version,
+    node_ids,
+    suite_of_run,
+)
 from harness.analysis.shorttrace import LIMIT, frames_of, short_traceback
 from harness.analysis.signature import DEFAULT_LIBRARIES, library_of
 from harness.analysis.status import ENV_PROBLEMS, FAILURES, Status, across_runs
@@ -410,29 +420,6 @@ def _gpu_detail(host: Mapping[str, Any]) -> str:
         f"driver {first.get('driver_version', '')}",
     ]
     return f" ({', '.join(p for p in parts if p and not p.endswith(' '))}{f', ×{len(gpus)}' if len(gpus) > 1 else ''})"
-
-
-def is_test(scenario: str) -> bool:
-    """A pytest node id (`tests/test_x.py::test_y`, or a file that failed to import), not a scenario's name.
-
-    >>> is_test("tests/test_x.py::TestA::test_b[1]"), is_test("tests/test_x.py"), is_test("gemma4_lora_inner_linear")
-    (True, True, False)
-    """
-    return "::" in scenario or scenario.endswith(".py") or "/" in scenario
-
-
-def suite_of_run(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The suite a run swept (root, paths, k, m, requirements; `of`/`git` for a package's own
-    tests): as its settings recorded it, else its matrix's [tests] table (files written before
-    runs recorded their suite); {} when neither says."""
-    recorded = (run.get("settings") or {}).get("tests")
-    if isinstance(recorded, dict):
-        return recorded
-    try:
-        table = tomllib.loads(str(run.get("matrix_text") or "")).get("tests")
-    except tomllib.TOMLDecodeError:
-        return {}
-    return table if isinstance(table, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -329,3 +330,36 @@ def as_tests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def node_ids(rows: Iterable[Mapping[str, Any]], cell_id: str) -> dict[str, str]:
     """Identity -> the node id one cell's pytest gave it (`as_tests`' rows)."""
     return {str(r["scenario"]): str(r.get("node_id") or r["scenario"]) for r in rows if str(r.get("cell_id")) == cell_id}
+
+
+#: Past this many tests, answers and grids list files (or classes), not each test.
+GRID_ROWS = 60
+
+
+def is_test(scenario: str) -> bool:
+    """A pytest node id (`tests/test_x.py::test_y`, or a file that failed to import), not a scenario's name.
+
+    >>> is_test("tests/test_x.py::TestA::test_b[1]"), is_test("tests/test_x.py"), is_test("gemma4_lora_inner_linear")
+    (True, True, False)
+    """
+    return "::" in scenario or scenario.endswith(".py") or "/" in scenario
+
+
+def suite_of_run(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The suite a run swept (root, paths, k, m, requirements; `of`/`git` for a package's own
+    tests): as its settings recorded it, else its matrix's [tests] table (files written before
+    runs recorded their suite); {} when neither says."""
+    recorded = (run.get("settings") or {}).get("tests")
+    if isinstance(recorded, dict):
+        return recorded
+    try:
+        table = tomllib.loads(str(run.get("matrix_text") or "")).get("tests")
+    except tomllib.TOMLDecodeError:
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def is_suite(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """More tests than a grid lists one by one: rows are then test files (heatmap) and groups (tables)."""
+    names = {str(r["scenario"]) for r in rows}
+    return len(names) > GRID_ROWS and any("::" in n for n in names)

@@ -1,6 +1,6 @@
 """The watch for new releases: what is new, which cells test it, and what the outcomes say. Pure.
 
-`harness watch` (the driver is `harness.commands.watch`) reads a results file on one machine class
+`harness watch` (the driver is `harness.workflows.watching`) reads a results file on one machine class
 (`nearest_class`: this host's `cpu` or `2x NVIDIA H200`, as `harness pin --machine` names it) and
 asks these functions, in order:
 

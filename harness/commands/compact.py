@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.commands.publish import keep_support
 from harness.errors import EXIT_OK, BadInput
+from harness.workflows.support import keep_support
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -114,9 +114,9 @@ def test_a_change_to_the_code_under_test_starts_a_new_run_and_a_flip_with_nothin
     assert pin.returncode == 1 and "flaky across runs: passed in" in said and "with nothing changed" in said, said
 
     # each sweep kept the Support page's tables of the file it left (storage/cached.py): current, and as computed
-    from harness.commands import publish
     from harness.storage import cached
     from harness.storage.store import Store
+    from harness.workflows import support as publish
 
     with Store(tmp_path / "r.duckdb", read_only=True) as store:
         kept = cached.read(store, publish.SUPPORT, cached.state_key(store))

@@ -206,9 +206,9 @@ def test_refine_with_a_clone_names_the_commit_and_its_pr(tmp_path: Path, env_roo
     assert f"the commit before it is {shas['Docs (#41)'][:12]}" in text
     # the Support page over answers between commits: no release column for them, and no error
     # (its tables were computed, and kept, when `refine` stored the answers)
-    from harness.commands import publish
     from harness.storage import cached
     from harness.storage.store import Store
+    from harness.workflows import support as publish
 
     with Store(db, read_only=True) as store:
         tables, _ = publish._support_now(store)

@@ -17,8 +17,7 @@ from rich.console import Console
 
 from harness.analysis.outcome import CellRecord, Outcome
 from harness.analysis.status import Status
-from harness.commands.answer import answer
-from harness.commands.summary import render_known_good
+from harness.render.summary import render_known_good
 from harness.running.checks import suite_outcome
 from harness.running.runner import CellRunner
 from harness.running.testsuite import make_suite, run_suite
@@ -26,6 +25,7 @@ from harness.storage import queries
 from harness.storage.shardfile import ShardStore, read_records
 from harness.storage.store import Store
 from harness.storage.store_schema import MIGRATIONS, OUTCOME_COLUMNS
+from harness.workflows.answering import answer
 
 RELEASE_1 = """
 import pytest

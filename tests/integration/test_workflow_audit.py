@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 
+from harness.commands.flags import parse_shard
 from harness.commands.init import init_project
-from harness.commands.sweep import parse_shard
 from tests.conftest import REPO, run_cli
 
 yaml = pytest.importorskip("yaml", reason="the workflows are read with PyYAML (pip install -e '.[dev]')")

@@ -17,10 +17,10 @@ from harness.analysis.attribution import UNLISTED
 from harness.analysis.outcome import CellRecord, Outcome, Status
 from harness.analysis.refine import Probe, search
 from harness.analysis.versions import moment
-from harness.commands.answer import answer, failure_answers
 from harness.storage import attributed
 from harness.storage.shardfile import ShardStore
 from harness.storage.store import Store
+from harness.workflows.answering import answer, failure_answers
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = {"platform": "linux-x86_64", "gpu": "cpu", "python": "3.11"}
@@ -233,8 +233,8 @@ class _Index:
 
 
 def test_release_steps_are_the_final_releases_between_the_ends_good_end_first() -> None:
-    from harness.commands.bisect import release_steps
     from harness.errors import BadInput
+    from harness.workflows.bisecting import release_steps
 
     index = _Index("1.9.0", "1.10.0", "1.11.0rc1", "1.11.0", "1.12.0", "1.13.0", yanked=("1.12.0",))
     assert [s.value for s in release_steps(index, "acc", "1.10.0", "1.13.0")] == ["1.10.0", "1.11.0", "1.13.0"]  # type: ignore[arg-type]
@@ -246,8 +246,8 @@ def test_release_steps_are_the_final_releases_between_the_ends_good_end_first() 
 def test_one_end_from_the_stored_outcomes_is_the_nearest_in_releases_between() -> None:
     from packaging.version import Version
 
-    from harness.commands.bisect import BisectOptions, _fill_end_from_rows
     from harness.inputs.matrix import Candidate, Cell
+    from harness.workflows.bisecting import BisectOptions, _fill_end_from_rows
 
     base = Cell((Candidate("torch", "version", "2.13.0"), Candidate("accelerate", "version", "0")), "3.11")
 

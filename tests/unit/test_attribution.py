@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from harness.analysis.attribution import Transition, attribute, seen_versions, to_rows
-from harness.commands.summary import render, render_transitions
+from harness.render.summary import render, render_transitions
 
 SIG = (
     "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized'"

@@ -18,9 +18,9 @@ import pytest
 
 from harness.analysis.answer import answer_rows
 from harness.analysis.support import support_tables, tables_from_json, tables_to_json
-from harness.commands import publish
 from harness.storage import cached
 from harness.storage.store import Store
+from harness.workflows import support as publish
 from tests.unit.test_publish import LISTED, ROWS, SHIPPED
 
 REPO = Path(__file__).resolve().parents[2]

@@ -48,4 +48,4 @@ def test_a_command_loads_only_its_own_module() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('harness.commands.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
-    assert "harness.commands.sweep" not in out and "harness.commands.watch" not in out, out
+    assert "harness.commands.sweep" not in out and "harness.workflows.watching" not in out, out

@@ -21,9 +21,9 @@ from harness.analysis.changes import Depends, Span, compare
 from harness.analysis.outcome import CellRecord, Collection, Outcome, Status
 from harness.analysis.selection import Selection, covers
 from harness.analysis.status import NOT_COLLECTED
-from harness.workflows.changes import changes_of
 from harness.storage import queries
 from harness.storage.store import Store
+from harness.workflows.changes import changes_of
 
 CPU = {"hostname": "ci", "platform": "linux-x86_64", "gpu_count": 0, "gpu": "cpu", "gpus": [], "python": "3.11.7"}
 FILE = "tests/test_team.py"

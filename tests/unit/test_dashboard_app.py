@@ -38,9 +38,9 @@ from harness.analysis import export  # noqa: E402
 from harness.analysis.attribution import attribute, seen_versions, to_rows  # noqa: E402
 from harness.analysis.outcome import CellRecord, Outcome, Status  # noqa: E402
 from harness.analysis.pin import Constraints  # noqa: E402
-from harness.commands.pin import pin_from_store  # noqa: E402
 from harness.storage import attributed, pages, queries, suites  # noqa: E402
 from harness.storage.store import Store  # noqa: E402
+from harness.workflows.pinning import pin_from_store  # noqa: E402
 
 APP = str(REPO / "dashboard" / "app.py")
 SIG_LOAD = "TypeError: <class>.__new__() got an unexpected keyword argument '_is_hf_initialized' @ accelerate/utils/modeling.py:set_module"

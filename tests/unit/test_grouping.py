@@ -9,7 +9,7 @@ from rich.console import Console
 
 from harness.analysis.attribution import Attribution, Transition
 from harness.analysis.grouping import answer_groups, inferred_from
-from harness.commands.summary import render_answers
+from harness.render.summary import render_answers
 
 RELEASES = ["5.6.2", "5.9.0", "5.10.4", "5.11.0", "5.15.0", "5.23.0"]
 

@@ -62,10 +62,10 @@ def test_keep_servers_default_follows_the_gpus(
     flag: list[str], gpus: int, expected: float, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from harness import cli
-    from harness.commands import sweep
+    from harness.commands import flags, sweep
 
     monkeypatch.setenv(kept.KEPT_DIR_ENV, str(tmp_path / "kept"))
-    monkeypatch.setattr(sweep, "options_gpus", lambda selected: gpus)
+    monkeypatch.setattr(flags, "options_gpus", lambda selected: gpus)
     args = cli.build_parser().parse_args(["sweep", *flag])
     assert sweep.sweep_options(args).keep_servers == expected
 
@@ -74,23 +74,23 @@ def test_auto_without_a_private_folder_keeps_nothing_and_says_why(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from harness import cli
-    from harness.commands import sweep
+    from harness.commands import flags, sweep
 
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
     monkeypatch.setenv(kept.KEPT_DIR_ENV, str(shared))
-    monkeypatch.setattr(sweep, "options_gpus", lambda selected: 1)
+    monkeypatch.setattr(flags, "options_gpus", lambda selected: 1)
     assert sweep.sweep_options(cli.build_parser().parse_args(["sweep"])).keep_servers == 0.0
     assert "servers are not kept" in capsys.readouterr().err
 
 
 def test_the_environment_sets_the_default_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from harness import cli
-    from harness.commands import sweep
+    from harness.commands import flags, sweep
 
     monkeypatch.setenv(kept.KEPT_DIR_ENV, str(tmp_path / "kept"))
     monkeypatch.setenv(kept.KEEP_ENV, "0")
-    monkeypatch.setattr(sweep, "options_gpus", lambda selected: 1)
+    monkeypatch.setattr(flags, "options_gpus", lambda selected: 1)
     assert sweep.sweep_options(cli.build_parser().parse_args(["sweep"])).keep_servers == 0.0
     assert sweep.sweep_options(cli.build_parser().parse_args(["sweep", "--keep-servers", "30"])).keep_servers == 30.0

@@ -1,7 +1,7 @@
 """The layout is the architecture: the folders of harness/ are its layers, and each imports only
 the layers below it.
 
-    cli.py -> commands/ -> workflows/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
+    cli.py -> commands/ -> render/ -> workflows/ -> running/ -> inputs/, storage/ -> analysis/ (pure) -> errors.py
 
 No module of harness/ reaches itself through its imports (a circle), lazy imports included.
 
@@ -62,7 +62,8 @@ LAYERS = {
     "storage": ("harness", "harness.analysis", "harness.errors", "harness.storage"),
     "running": _RUNNING,
     "workflows": (*_RUNNING, "harness.workflows"),
-    "commands": (*_RUNNING, "harness.workflows", "harness.commands"),
+    "render": (*_RUNNING, "harness.workflows", "harness.render"),
+    "commands": (*_RUNNING, "harness.workflows", "harness.render", "harness.commands"),
 }
 TOP = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
 
@@ -147,10 +148,10 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
     code = (
         "import sys\nsys.modules['duckdb'] = None  # importing it now raises ImportError\n"
         "import harness.cli, harness.running.sweep, harness.running.zygote, harness.storage.shardfile, harness.storage.opening\n"
-        "import harness.commands.sweep, harness.commands.refine, harness.commands.answer\n"
+        "import harness.commands.sweep, harness.workflows.refining, harness.workflows.answering\n"
         "from pathlib import Path\n"
         "from harness.running.sweep import SweepOptions\n"
-        "from harness.commands.sweep import refine_step\n"
+        "from harness.workflows.sweeping import refine_step\n"
         "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
         # a sweep's closing lines lead with the history's: none for a shard, and no DuckDB for it
         "from harness.workflows.changes import history_lines\n"
@@ -165,7 +166,7 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
 
 def test_harness_has_only_its_layers_and_the_cli_at_the_top() -> None:
     folders = {p.name for p in (REPO / "harness").iterdir() if p.is_dir() and p.name not in ("__pycache__", "templates")}
-    assert folders == set(LAYERS), f"harness/ holds {sorted(folders)}: a new folder is a new layer (add it to LAYERS and docs/architecture.md)"
+    assert folders == set(LAYERS), f"harness/ holds {sorted(folders)}: a new folder is a new layer (LAYERS and docs/architecture.md)"
     top = {p.name for p in (REPO / "harness").glob("*.py")}
     assert top == TOP, f"harness/ holds modules outside its layers: {sorted(top - TOP)}"
 
@@ -216,3 +217,33 @@ def test_no_module_reaches_itself_through_its_imports() -> None:
                 seen.add(module)
                 todo.extend(graph[module])
     assert not circles, f"modules that import themselves through others: {circles}"
+
+
+#: The one module of commands/ that others import: the flags several commands take, worded once.
+SHARED_FLAGS = "harness.commands.flags"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "harness" / "commands").glob("*.py")), ids=lambda p: p.stem)
+def test_no_command_imports_another(path: Path) -> None:
+    # pip's commands never import one another: what two commands share is a workflow (or render/)
+    others = sorted(m for m in _imports(path) if m.startswith("harness.commands") and m not in (SHARED_FLAGS, "harness.commands"))
+    assert not others, f"commands/{path.name} imports {others}: move what they share into harness/workflows/ (or render/)"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "dashboard").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO / "dashboard")))
+def test_the_dashboard_imports_workflows_never_commands(path: Path) -> None:
+    found = sorted(m for m in _imports(path) if m.startswith("harness.commands"))
+    assert not found, f"dashboard/{path.relative_to(REPO / 'dashboard')} imports {found}: the library is harness/workflows/"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in (REPO / "harness" / "commands").glob("*.py") if p.stem != "flags"), ids=lambda p: p.stem)
+def test_a_command_is_a_thin_face(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= 150, f"commands/{path.name} is {lines} lines: flags in, one workflow, text out (at most 150)"
+
+
+def test_the_flags_name_the_kept_servers_variable_as_the_runner_does() -> None:
+    from harness.commands import flags
+    from harness.running import kept
+
+    assert flags.KEEP_ENV == kept.KEEP_ENV

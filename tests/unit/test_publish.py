@@ -173,7 +173,7 @@ def test_only_exact_answers_on_the_line_are_marked() -> None:
 
 
 def test_a_line_inferred_from_another_lines_exact_answer_says_so_on_the_page(tmp_path: Path) -> None:
-    from harness.commands.publish import render, site_of, summary_line
+    from harness.render.page import render, site_of, summary_line
 
     # exact on the accelerate 1.15.0 line (5.8.0 built there); on 1.13.0 a range 5.6.2..5.10.0 around it
     listed = {**LISTED, "transformers": ["5.6.2", "5.8.0", "5.10.0"]}
@@ -269,9 +269,9 @@ def test_a_version_that_does_not_fit_across_its_run_is_written_up_it() -> None:
 
 
 def test_the_support_page_marks_the_stored_answers_as_attribution_would_now() -> None:
-    from harness.commands.answer import answer
-    from harness.commands.publish import support_of
     from harness.storage.store import Store
+    from harness.workflows.answering import answer
+    from harness.workflows.support import support_of
 
     with Store(SHIPPED, read_only=True) as store:
         tables, rows_are = support_of(store)  # the answers `harness attribute` stored: current in the shipped file
@@ -285,7 +285,7 @@ def test_a_suite_is_counted_in_tests_and_drawn_by_file(tmp_path: Path) -> None:
     db = tmp_path / "suite.duckdb"
     made = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "make_large_store.py")]
     subprocess.run([*made, "--tests", "300", "--cells", "4", "--out", str(db)], check=True, capture_output=True)
-    from harness.commands.publish import publish, summary_line
+    from harness.render.page import publish, summary_line
 
     page, site = publish(str(db), tmp_path / "site")
     line = summary_line(page, site)

@@ -165,7 +165,7 @@ def test_local_paths(text: str, roots: list[tuple[str, str]], written: str) -> N
 
 def test_the_runner_interpreter_and_its_env_are_written_as_labels() -> None:
     # a GPU runner's matrix names its interpreter (`python = "/opt/torch/.venv/bin/python3"`): its paths are the runner's
-    from harness.commands.report import interpreter_roots, machine_roots
+    from harness.workflows.reporting import interpreter_roots, machine_roots
 
     runs = {"r": {"settings": {"python": "/opt/torch/.venv/bin/python3", "env_dir": ".nox", "find_links_expanded": [".wheelhouse"]}}}
     roots = machine_roots(runs, Path("results/gpu.duckdb"))
@@ -178,7 +178,7 @@ def test_the_runner_interpreter_and_its_env_are_written_as_labels() -> None:
 def test_doctests() -> None:
     import doctest
 
-    from harness.commands import report
+    from harness.workflows import reporting as report
 
     assert doctest.testmod(report).failed == 0
 

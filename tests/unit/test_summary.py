@@ -14,7 +14,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from harness.commands.summary import HANG, cell_statuses, failure_families, hang, render
+from harness.render.summary import HANG, cell_statuses, failure_families, hang, render
 
 
 def rows_of(statuses: list[str], cell: str = "c1", scenario: str = "lora") -> list[dict[str, object]]:
@@ -300,7 +300,7 @@ def test_the_shipped_summary_fits_columns_when_piped() -> None:
 def test_a_suite_s_known_good_set_says_which_tests_never_pass() -> None:
     # "passes all N of its own tests" counts the tests that pass somewhere; one that fails in
     # every cell (a test that needs the hub, offline) must be said, not hidden behind "all"
-    from harness.commands.summary import render_known_good
+    from harness.render.summary import render_known_good
 
     rows = [
         {"cell_id": f"c{v}", "scenario": name, "status": status, "repeat": 0, "run_id": "r", "platform": "linux-x86_64", "gpu": "cpu",

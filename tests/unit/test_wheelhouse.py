@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.wheelhouse import _pins_to_download, pip_platforms, slim_bitsandbytes
 from harness.running.envs import Base, base_from_freeze
+from harness.workflows.wheelhouse import _pins_to_download, pip_platforms, slim_bitsandbytes
 
 PLATFORMS = [
     ("x86_64-manylinux_2_28", ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]),

@@ -14,9 +14,9 @@ import pytest
 
 from harness.analysis import lines
 from harness.analysis.attribution import UNLISTED, Transition
-from harness.commands.wheelhouse import refinement_order, spans
 from harness.inputs.candidates import PackageIndex, ResolvedMatrix, resolve_matrix
 from harness.inputs.matrix import parse_matrix
+from harness.workflows.wheelhouse import refinement_order, spans
 
 RELEASES = {
     "transformers": ["5.10.4", "5.11.0", "5.22.2", "5.23.0"],

@@ -1,0 +1,59 @@
+"""`harness attribute`: read a results file, learn the releases between tested versions, attribute, store.
+
+The answers are `answering.answer`'s, as every face's; this module adds what `harness attribute`
+alone does: it asks the index the runs used for the releases of each axis (`answering.refreshed`,
+unless offline), without which a gap between two tested releases would be invisible and "fixed
+in X" would claim more than was built, and it stores the answers in the file's `transitions` table.
+The requirements two exact answers state together (`analysis.requirement`) come with them; they
+are derived, never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.analysis.attribution import Attribution
+from harness.analysis.requirement import StatedRequirement, requirements
+from harness.errors import BadInput
+from harness.storage.store import Store
+from harness.workflows.answering import answer, refreshed
+from harness.workflows.support import keep_support
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """What `harness attribute` computed, and from what."""
+
+    result: Attribution
+    outcomes: int
+    unlisted: tuple[str, ...]  # axes whose releases on the index could not be listed: their answers are ranges
+    requirements: tuple[StatedRequirement, ...] = ()  # "transformers>=5.6.0 needs peft>=0.19.0", from two exact answers
+
+
+def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *, offline: bool = False) -> Attributed:
+    """Attribute the outcomes of a results file (one run, or all) and store the answers in its `transitions` table.
+
+    The releases of each axis come from every run's stored list and, unless `offline`, from the
+    index (stored under run '' for later readers). An axis that has neither is `unlisted`.
+    """
+    with Store(db) as store:  # read-write: the answers are stored next to the outcomes
+        found = answer(store, run_id or None)
+        if not found.rows:
+            hint = f" for run {run_id!r}; see `harness summary --db {db}`" if run_id else ""
+            raise BadInput(f"no outcomes in {str(db)!r}{hint}")
+        if scenarios:
+            stored = sorted({r["scenario"] for r in found.rows})
+            unknown = [s for s in scenarios if s not in stored]
+            if unknown:
+                raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {str(db)!r}; stored: {', '.join(stored)}")
+        if not offline:
+            found = refreshed(store, found)
+        if scenarios:
+            # Every scenario's versions are known releases: a gap on one line may be tested on another.
+            found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
+        store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
+        if not run_id and not scenarios:  # the whole file's answers, as the Support page marks them
+            keep_support(store, found)
+    return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))
