@@ -21,7 +21,8 @@ from harness.analysis.rows import CellFacts, group_of, is_suite
 from harness.analysis.status import SEVERITY, status_of
 from harness.analysis.support import SupportTable, support_tables
 from harness.errors import BadInput
-from harness.render.summary import Tally, _context, _grouped, _short_signature, inferred_text, never_changes, tally
+from harness.render.summary import _short_signature, context, inferred_text, never_changes
+from harness.render.tally import Tally, grouped, tally
 from harness.storage.opening import open_results
 from harness.workflows.answering import answer
 
@@ -119,7 +120,7 @@ def _answers(found: Answer, counted: Tally) -> list[AnswerLine]:
     blamed = counted.blamed
     out = []
     for (_, signature), groups in answer_groups(found.transitions):
-        names = _grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
+        names = grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
         for g in groups:
             out.append(
                 AnswerLine(
@@ -132,9 +133,9 @@ def _answers(found: Answer, counted: Tally) -> list[AnswerLine]:
                     g.machine,
                     g.lines,
                     g.tests,
-                    _context([m.held for m in g.members]),
+                    context([m.held for m in g.members]),
                     inferred_text(g) if g.inferred else "",
-                    _context([m.held for m in g.inferred]) if g.inferred else "",
+                    context([m.held for m in g.inferred]) if g.inferred else "",
                     g.inferred_lines,
                 )
             )
@@ -146,7 +147,7 @@ def _steady(found: Answer, counted: Tally) -> list[tuple[str, str, str]]:
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
     for scenario, signature in never_changes(counted, found.attribution):
         steady[(group_of(scenario), signature)].append(scenario)
-    return [(_grouped(names), _short_signature(sig), blamed.get(sig, "")) for (_, sig), names in sorted(steady.items())]
+    return [(grouped(names), _short_signature(sig), blamed.get(sig, "")) for (_, sig), names in sorted(steady.items())]
 
 
 def _notes(found: Answer, counted: Tally) -> list[str]:
@@ -258,7 +259,7 @@ def site_of(found: Answer, source: str) -> Site:
 
 def _requirement_why(stated: StatedRequirement) -> str:
     """`tests/…::test_x (ImportError: …): introduced in transformers 5.6.0 … held; fixed in peft 0.19.0 … held; on cpu · …`."""
-    names = _grouped(stated.scenarios)
+    names = grouped(stated.scenarios)
     return f"{names} ({_short_signature(stated.signature)}): {'; '.join(stated.lines())}" + (
         f"; on {stated.machine}" if stated.machine else ""
     )

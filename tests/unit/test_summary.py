@@ -14,7 +14,9 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from harness.render.summary import HANG, cell_statuses, failure_families, hang, render
+from harness.render.fit import HANG, hang
+from harness.render.summary import render
+from harness.render.tally import cell_statuses, failure_families
 
 
 def rows_of(statuses: list[str], cell: str = "c1", scenario: str = "lora") -> list[dict[str, object]]:

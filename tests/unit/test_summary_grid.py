@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from harness.render.summary import MARK, STYLE, grid_block
+from harness.render.grid import MARK, STYLE, grid_block
 
 KEYS = [*MARK, "", "mixed", "unknown"]
 
