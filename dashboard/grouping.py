@@ -4,7 +4,7 @@ A sweep over a team's pytest suite stores one outcome per node id and cell (20,0
 400,000), so the pages never draw one square per test: the grid has one row per file, then
 per class (or module-level function) of a chosen file, then per test of a chosen class, and
 each square says how many tests had each status there. The grouping itself happens in DuckDB
-(`harness.storage.queries.test_group_tallies`); this module names the rows and columns and folds the
+(`harness.storage.suites.test_group_tallies`); this module names the rows and columns and folds the
 counts into words.
 
 >>> group_word({"pass": 117, "fail": 3, "not_applicable": 2})

@@ -54,7 +54,7 @@ KINDS: tuple[Kind, ...] = ("regressed", "fixed", "flaky", "removed", "new")
 class Span:
     """Consecutive observations of one key with one outcome (a row of `outcomes` or `history`)."""
 
-    machine: str  # the machine key (`storage.history.MACHINE_SQL`)
+    machine: str  # the machine key (`storage.clauses.MACHINE_SQL`)
     cell_id: str
     test: str  # the test's identity across the suite's releases (a scenario's name)
     node: str  # the node id the newest observation had
@@ -411,7 +411,7 @@ def groups(changes: Changes) -> list[Group]:
 
 
 def machine_label(key: str) -> str:
-    """A machine key (`storage.history.MACHINE_SQL`) as the answers name machines.
+    """A machine key (`storage.clauses.MACHINE_SQL`) as the answers name machines.
 
     >>> machine_label("linux-x86_64|cpu|0|3.11|"), machine_label("linux-x86_64|NVIDIA H200|2|3.12|13.0")
     ('cpu · linux-x86_64 · Python 3.11', '2x NVIDIA H200 · linux-x86_64 · Python 3.12 · CUDA 13.0')

@@ -3,7 +3,7 @@
 `add_parser` and `run` are the command line's; `run_sweep` does the work in between, in the
 order a sweep needs it: validate everything (`sweep.plan`, nothing written before it returns),
 open the results file (DuckDB, or a runner's JSON-lines shard), run the matrix's cells
-(`sweep.Sweep`), narrow the ranges its outcomes leave to exact releases (`refinement.refine_run`,
+(`sweep.Sweep`), narrow the ranges its outcomes leave to exact releases (`refining.refine_run`,
 on the same sweep: its zygotes serve the probes too), and answer the run (`answering.answer`),
 probes included, for the summary.
 """

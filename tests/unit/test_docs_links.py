@@ -62,3 +62,30 @@ def test_the_readme_is_short_and_points_into_the_docs() -> None:
 def test_the_cli_page_is_what_the_parser_prints() -> None:
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "cli_reference.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+_LAYERS = ("analysis", "inputs", "storage", "running", "workflows", "render", "commands")
+_SOURCES = [*sorted((REPO / "harness").rglob("*.py")), *sorted((REPO / "dashboard").rglob("*.py")), *PAGES]
+
+
+def _defines(path: Path, name: str) -> bool:
+    return bool(re.search(rf"^\s*(?:async def|def|class) {name}\b|^\s*{name}\b\s*[:=]|\b{name}\b\s*=", path.read_text(), re.M))
+
+
+def test_every_module_and_name_a_docstring_or_page_names_exists() -> None:
+    """A docstring or page that names `layer/module.py`, `harness.layer.module` or `layer.module.name`
+    names what is there (a moved module leaves no stale name behind)."""
+    layers = "|".join(_LAYERS)
+    stale = []
+    for path in _SOURCES:
+        text = path.read_text()
+        for m in re.finditer(rf"\b(?:harness/)?({layers})/([a-z_]\w*)\.py\b", text):
+            if not (REPO / "harness" / m.group(1) / f"{m.group(2)}.py").exists():
+                stale.append(f"{path.relative_to(REPO)}: {m.group(0)}")
+        for m in re.finditer(rf"`((?:harness\.)?({layers})\.(\w+)(?:\.(\w+))?)", text):
+            module = REPO / "harness" / m.group(2) / f"{m.group(3)}.py"
+            if m.group(1).startswith("inputs.tests"):
+                continue  # a run's recorded inputs (JSON), not the package
+            if not module.exists() or (m.group(4) and not _defines(module, m.group(4))):
+                stale.append(f"{path.relative_to(REPO)}: {m.group(1)}")
+    assert not stale, "names that are not there: " + "; ".join(stale)
