@@ -13,14 +13,13 @@ that scenario did import at some point; a changed scenario file starts again.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.inputs.imports import scenario_imports
 from harness.inputs.scenarios import Scenario
 from harness.running.runner import KIT_DIR
 
@@ -78,38 +77,5 @@ def remember(location: Path, scenarios: Iterable[Scenario], imported: dict[str, 
 
 
 def static_imports(path: Path) -> list[str]:
-    """The installed modules a scenario file imports itself, through its helpers too.
-
-    >>> import tempfile; folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "_helper.py").write_text("import torch.nn\\nfrom transformers import AutoConfig\\n")
-    >>> _ = (folder / "check.py").write_text("import json\\nfrom _helper import x\\nimport peft\\n")
-    >>> static_imports(folder / "check.py")
-    ['torch.nn', 'transformers', 'peft']
-    """
-    found: dict[str, None] = {}
-    _walk(path, found, set())
-    return list(found)
-
-
-def _walk(path: Path, found: dict[str, None], seen: set[Path]) -> None:
-    if path in seen:
-        return
-    seen.add(path)
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            top = name.partition(".")[0]
-            helper = next((d / f"{top}.py" for d in (path.parent, KIT_DIR) if (d / f"{top}.py").is_file()), None)
-            if helper is not None:
-                _walk(helper, found, seen)  # a helper of scenarios/: what it imports counts, not itself
-            elif top not in sys.stdlib_module_names:
-                found[name] = None
+    """The installed modules a scenario file imports itself, through its helpers too (`inputs.imports`)."""
+    return scenario_imports(path, KIT_DIR).modules

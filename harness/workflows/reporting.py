@@ -16,7 +16,6 @@ one report per failure family and an index.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import re
 import tempfile
@@ -44,6 +43,7 @@ from harness.analysis.rows import distance, installed, is_test, machine_of, mino
 from harness.analysis.status import FAILURES
 from harness.errors import BadInput
 from harness.inputs import bundled
+from harness.inputs.imports import imported, scenario_imports
 from harness.inputs.scenarios import available, load_scenario, lookup_names
 from harness.storage import queries, recorded
 from harness.storage.store import Store
@@ -353,14 +353,8 @@ def _scenario_path(name: str, run: Mapping[str, Any]) -> Path:
 def scenario_files(path: Path, kit: Path) -> tuple[tuple[str, str], ...]:
     """The scenario's file and every helper it imports from its folder or the kit's (`_kit`, `_gemma4`, …), one folder."""
     found = {path.name: path.read_text()}
-    todo = [path]
-    while todo:
-        for name in _imported(todo.pop().read_text()):
-            top = name.split(".", 1)[0]
-            helper = next((d / f"{top}.py" for d in (path.parent, kit) if (d / f"{top}.py").is_file()), None)
-            if helper is not None and helper.name not in found:
-                found[helper.name] = helper.read_text()
-                todo.append(helper)
+    for helper in scenario_imports(path, kit).helpers:
+        found.setdefault(helper.name, helper.read_text())
     return tuple(found.items())
 
 
@@ -391,27 +385,10 @@ def suite_files(root: Path, node: str) -> tuple[tuple[str, str], ...]:
     return tuple(configs[:1] + files)  # pytest reads the first configuration file it finds, in this order
 
 
-def _imported(text: str) -> list[str]:
-    """The modules a file imports (absolute names; relative imports as `.name`)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return []
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
-            names.append(base)
-            names += [f"{base}.{alias.name}" if node.module else f"{base}{alias.name}" for alias in node.names]
-    return names
-
-
 def _local_modules(path: Path, root: Path) -> list[Path]:
     """The files under `root` that `path` imports: from its own folder, the root, or relative to its package."""
     out = []
-    for name in _imported(path.read_text()):
+    for name in imported(path.read_text()):
         dots = len(name) - len(name.lstrip("."))
         parts = [p for p in name.lstrip(".").split(".") if p]
         bases = [path.parents[dots - 1]] if dots else [path.parent, root]
