@@ -16,6 +16,8 @@ a metadata-only stub wheel tells the resolver the inherited version is already t
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -27,6 +29,7 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -393,21 +396,49 @@ def build_env(
     started = time.monotonic()
     request = request_for(cell, settings, find_links, exclude_newer)
     location = env_location(env_root, cell, request)
-    marker = _read_marker(location, request.key())
-    if marker is not None:
-        return EnvResult(
-            "ready",
-            location,
-            str(_python_in(location)),
-            marker["freeze"],
-            marker.get("inherited", {}),
-            seconds=time.monotonic() - started,
-            reused=True,
-            cuda_runtime=marker.get("cuda_runtime", ""),
-            python_version=marker.get("python_version") or python_version(str(_python_in(location))),
-        )
-    uv = uv_binary()
+    reused = _reuse(location, request.key(), started)
+    if reused is not None:
+        return reused
     env_root.mkdir(parents=True, exist_ok=True)
+    # Two sweeps (or two test workers) that share an env folder take turns on one env: the
+    # second waits and then reuses what the first built, where both would clear it otherwise.
+    with _build_lock(location):
+        reused = _reuse(location, request.key(), started)
+        if reused is not None:
+            return reused
+        return _build(request, location, seen, started)
+
+
+def _reuse(location: Path, key: str, started: float) -> EnvResult | None:
+    marker = _read_marker(location, key)
+    if marker is None:
+        return None
+    return EnvResult(
+        "ready",
+        location,
+        str(_python_in(location)),
+        marker["freeze"],
+        marker.get("inherited", {}),
+        seconds=time.monotonic() - started,
+        reused=True,
+        cuda_runtime=marker.get("cuda_runtime", ""),
+        python_version=marker.get("python_version") or python_version(str(_python_in(location))),
+    )
+
+
+@contextlib.contextmanager
+def _build_lock(location: Path) -> Iterator[None]:
+    """An exclusive flock on `<env>.lock` beside the env, held while it is built."""
+    fd = os.open(location.with_name(location.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets the flock go
+
+
+def _build(request: EnvRequest, location: Path, seen: IndexSeen | None, started: float) -> EnvResult:
+    uv = uv_binary()
     try:
         _create_venv(location, request.python)
     except Exception as exc:

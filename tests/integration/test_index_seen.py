@@ -63,3 +63,18 @@ def test_the_second_env_of_a_sweep_resolves_from_what_the_first_fetched(tmp_path
     # without a record of this sweep's fetches (another sweep, or none), the index is asked again
     again = build_env(cells[1], spec.settings, tmp_path / "other", [], seen=IndexSeen())
     assert again.ready and not again.from_cache and again.freeze == second.freeze
+
+
+def test_two_builders_of_one_env_take_turns_and_the_second_reuses_it(tmp_path: Path) -> None:
+    """Two sweeps (or two test workers) sharing an env folder: without the build lock both would
+    clear and build the same env at once, and one would run in an env the other was emptying."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = parse_matrix(MATRIX)
+    cell = resolve_matrix(spec, index_for(spec.settings)).cells[0]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: build_env(cell, spec.settings, tmp_path, []), range(2)))
+    assert all(r.ready for r in results), [r.message for r in results]
+    assert sorted(r.reused for r in results) == [False, True]
+    assert results[0].location == results[1].location
+    assert results[0].freeze == results[1].freeze
