@@ -145,7 +145,8 @@ class PackageIndex:
         payload = json.loads(body) if is_json else {"files": _parse_simple_html(body.decode("utf-8", "replace"))}
         if cache:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
+            # one temporary name per process: two sweeps that fetch one package at once both land
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(payload))
             tmp.replace(cache)
         return payload

@@ -174,7 +174,9 @@ def test_a_flip_with_nothing_changed_is_flaky_evidence_for_the_known_good_set(db
 
 
 def test_one_run_and_many_identical_runs_give_the_same_answers_and_counts(tmp_path: Path) -> None:
-    once, thrice = tmp_path / "once.duckdb", tmp_path / "thrice.duckdb"
+    # paths of one length: the header fits the width, and a longer path would wrap it otherwise
+    once, thrice = tmp_path / "one" / "r.duckdb", tmp_path / "six" / "r.duckdb"
+    once.parent.mkdir(), thrice.parent.mkdir()
     for path, runs in ((once, ("night-3",)), (thrice, ("older-0", "older-1", "night-3"))):
         for i, run in enumerate(runs):  # every night the same outcomes, under its own run id, a day apart
             with Store(path) as store:
