@@ -29,6 +29,18 @@ session* of the Matrix (another tab: the server's caches warm); the *search* (ty
 and Enter until the narrowed grid is drawn); and the first render of Failures, Cell and
 Compare after it. Medians of the repeats; the target (issue #21): first render and search
 each under 2 s.
+
+The History page over a month of nights, in the same real browser (issue #46 item 4):
+
+    .venv/bin/python benchmarks/make_large_store.py --tests 20000 --cells 20 --runs 30 --drift 0.01 --out /tmp/h30.duckdb
+    .venv/bin/python benchmarks/bench_dashboard.py --db /tmp/h30.duckdb --history [--repeats 3]
+
+times, as above (a new server per repeat, the file touched so that no query is cached), the
+History page's *first render* (the list of files with their strips, until its rows are in),
+then each filter change until the narrowed list is drawn: *changed in the last 3 runs*, *flaky
+across runs* on top of it, and *runs shown* cut to the newest 10; then, reported, not targeted,
+opening a file (a click on its row: its tests) and a test (its runs × cells and its changes).
+Targets (issue #46): first render under 2 s, a filter change under 1 s.
 """
 
 from __future__ import annotations
@@ -104,6 +116,7 @@ def suite_cases() -> list[Case]:
         ),
         Case("pin", "pin the tests -m 'not slow' selects", _pin_marker),
         Case("support", "choose another library", _other_library),
+        Case("history", "changed in the last 3 runs", lambda at: at.number_input(key="h_changed").set_value(3)),
     ]
 
 
@@ -183,6 +196,16 @@ BROWSER_STEPS = [
 ]
 #: The steps the issue sets a target for.
 TARGETED = ("matrix: first render", "search")
+HISTORY_STEPS = {  # step -> its target in seconds (None: reported only)
+    "server's first visit": None,
+    "history: first render": FIRST_TARGET,
+    "  of which to the page title": None,
+    "changed in the last 3 runs": CHANGE_TARGET,
+    "and flaky across runs": CHANGE_TARGET,
+    "runs shown: newest 10": CHANGE_TARGET,
+    "open a file (click its row)": None,
+    "open a test (click its row)": None,
+}
 
 
 @contextmanager
@@ -216,9 +239,10 @@ def _server(db: Path, log: Path) -> Iterator[str]:
 #: The end of a timed step, checked in the page at every animation frame: `ready` (a regular
 #: expression) is shown in a visible text element, the script run is over, no element is still a
 #: loading skeleton and, with `grid`, a dataframe is visible with its rows in (its accessible
-#: mirror's first cell). Playwright's own waits check these too, but re-check a missing element
-#: only every 500 ms once it has waited ~0.3 s: each of a step's waits ended up to half a second
-#: after its condition held, so the same page measured 1.4 s or 1.9 s at random.
+#: mirror's first cell; the second where the first column is a selectable grid's row markers).
+#: Playwright's own waits check these too, but re-check a missing element only every 500 ms
+#: once it has waited ~0.3 s: each of a step's waits ended up to half a second after its
+#: condition held, so the same page measured 1.4 s or 1.9 s at random.
 _SHOWN = """([ready, grid]) => {
     const visible = (e) => {
         const box = e.getBoundingClientRect();
@@ -227,7 +251,7 @@ _SHOWN = """([ready, grid]) => {
     const app = document.querySelector('[data-testid="stApp"]');
     if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
     if (document.querySelector('[data-testid="stSkeleton"]')) return false;
-    if (grid && !(document.querySelector('#glide-cell-0-0')
+    if (grid && !(document.querySelector('#glide-cell-0-0, #glide-cell-1-0')
                   && [...document.querySelectorAll('[data-testid="stDataFrame"]')].some(visible))) return false;
     const pattern = new RegExp(ready);
     return [...document.querySelectorAll('[data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"]')]
@@ -312,6 +336,84 @@ def browser_main(db: Path, repeats: int, search: str) -> int:
     return 1 if failed else 0
 
 
+def _click_row(page: Any, row: int) -> None:
+    """Select row `row` of the page's first grid by its row marker (header 35 px, rows 34 px: the History page's)."""
+    box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + 34 * row + 17)
+
+
+def history_main(db: Path, repeats: int) -> int:
+    """The History page in chromium: first render, three filter changes, a file and a test opened."""
+    if not CHROMIUM.exists():
+        print(f"{CHROMIUM} is missing: install it with dashboard/install_browser.sh (as root)", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    times: dict[str, list[float]] = {step: [] for step in HISTORY_STEPS}
+    log = Path(tempfile.mkdtemp(prefix="bench-history-")) / "server.log"
+    said = ""
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for repeat in range(repeats):
+                with _server(db, log) as url:
+                    context = chromium.new_context(viewport={"width": 1500, "height": 1000}, base_url=url)
+                    for step in ("server's first visit", "history: first render"):
+                        if step == "history: first render":
+                            os.utime(db)  # a file nobody read yet: every query and connection new
+                        page = context.new_page()
+                        page.set_default_timeout(60_000)
+                        took, titled = _open(page, "/history", "History", r"test\(s\)", grid=True)
+                        times[step].append(took)
+                        if step == "history: first render":
+                            times["  of which to the page title"].append(titled)
+                            said = page.get_by_text(re.compile(r"test\(s\)")).first.inner_text()
+                        else:
+                            page.close()
+                    box = page.get_by_role("spinbutton", name="Changed in the last N runs")
+                    box.fill("3")
+                    began = time.perf_counter()
+                    box.press("Enter")
+                    _shown(page, r"changed in the last 3 run\(s\)", grid=True)
+                    times["changed in the last 3 runs"].append(time.perf_counter() - began)
+                    began = time.perf_counter()
+                    page.get_by_text("Flaky across runs", exact=True).click()
+                    _shown(page, r"run\(s\), flaky across runs", grid=True)
+                    times["and flaky across runs"].append(time.perf_counter() - began)
+                    page.get_by_text("Flaky across runs", exact=True).click()
+                    _shown(page, r"changed in the last 3 run\(s\) (in|·)", grid=True)
+                    page.get_by_role("combobox", name="Runs shown").click()
+                    began = time.perf_counter()
+                    page.get_by_role("option", name="newest 10").click()
+                    _shown(page, r"10 of \d+ run\(s\)", grid=True)
+                    times["runs shown: newest 10"].append(time.perf_counter() - began)
+                    began = time.perf_counter()
+                    _click_row(page, 0)
+                    _shown(page, r"changed in the last 3 run\(s\), in tests/", grid=True)
+                    times["open a file (click its row)"].append(time.perf_counter() - began)
+                    began = time.perf_counter()
+                    _click_row(page, 0)
+                    _shown(page, r"^tests/\S+::\S+$")  # the caption names the test chosen, and only it
+                    times["open a test (click its row)"].append(time.perf_counter() - began)
+                    context.close()
+                print(
+                    f"repeat {repeat + 1}/{repeats} (load {os.getloadavg()[0]:.1f}): "
+                    + ", ".join(f"{k.strip()} {v[-1]:.2f} s" for k, v in times.items()),
+                    flush=True,
+                )
+        finally:
+            chromium.close()
+    print(f"\nthe list: {said}")
+    print("| step | median | min–max | target |\n|---|---|---|---|")
+    failed = False
+    for step, values in times.items():
+        median, target = statistics.median(values), HISTORY_STEPS[step]
+        verdict = "" if target is None else f"< {target:.0f} s " + ("ok" if median < target else "**over**")
+        failed |= target is not None and median >= target
+        print(f"| {step} | {median:.2f} s | {min(values):.2f}–{max(values):.2f} | {verdict} |")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=REPO / "results" / "large.duckdb")
@@ -321,6 +423,8 @@ def main() -> int:
     )
     parser.add_argument("--browser", action="store_true", help="a test suite's Matrix in chromium: first render and a search")
     parser.add_argument("--search", default="float16", help="with --browser: the text typed into the search box")
+    parser.add_argument("--history", action="store_true", help="the History page in chromium: first render and filter changes")
+    parser.add_argument("--page", action="append", default=[], help="AppTest: only this page (repeatable; default: every page)")
     args = parser.parse_args()
     if not args.db.exists():
         print(f"{args.db} does not exist; make it first: .venv/bin/python benchmarks/make_large_store.py --out {args.db}", file=sys.stderr)
@@ -337,6 +441,8 @@ def main() -> int:
     )
     if args.browser:
         return browser_main(args.db.resolve(), args.repeats, args.search)
+    if args.history:
+        return history_main(args.db.resolve(), args.repeats)
     modes = ["held", "per-query", "cached"] if args.connection == "all" else [args.connection]
     import streamlit.logger
 
@@ -352,7 +458,7 @@ def main() -> int:
         print("| page | first render | target | filter change | target | what changes |\n|---|---|---|---|---|---|")
         with duckdb.connect(str(args.db), read_only=True) as con:
             suite = bool(con.execute("SELECT count(*) FROM outcomes WHERE scenario LIKE '%::%'").fetchone()[0])  # type: ignore[index]
-        for case in suite_cases() if suite else cases():
+        for case in [c for c in (suite_cases() if suite else cases()) if not args.page or c.page in args.page]:
             measure(case, args.repeats, warm)
             first, changed = statistics.median(case.first), statistics.median(case.changed)
             ok_first = "ok" if first < FIRST_TARGET else "**over**"

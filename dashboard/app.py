@@ -4,7 +4,7 @@
     harness dashboard --db results/compat.duckdb        # the same
     nox -s dashboard                                     # the shipped results/default.duckdb
 
-Pages: Matrix, Failures, Cell, Compare, Pin, Support (dashboard/views/). Every number comes from a query
+Pages: Matrix, Failures, History, Cell, Compare, Pin, Support (dashboard/views/). Every number comes from a query
 function in harness/storage/queries.py; the file is opened read-only. See docs/dashboard.md.
 """
 
@@ -28,6 +28,7 @@ st.set_page_config(page_title="compat-harness", page_icon=":material/grid_on:", 
 pages = [
     st.Page(common.PAGES["matrix"], title="Matrix", icon=":material/grid_on:", default=True),  # at /
     st.Page(common.PAGES["failures"], title="Failures", icon=":material/bug_report:", url_path="failures"),
+    st.Page(common.PAGES["history"], title="History", icon=":material/history:", url_path="history"),
     st.Page(common.PAGES["cell"], title="Cell", icon=":material/deployed_code:", url_path="cell"),
     st.Page(common.PAGES["compare"], title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(common.PAGES["pin"], title="Pin", icon=":material/push_pin:", url_path="pin"),

@@ -56,6 +56,7 @@ FileVersion = tuple[Any, ...]
 PAGES = {
     "matrix": "views/matrix.py",
     "failures": "views/failures.py",
+    "history": "views/history.py",
     "cell": "views/cell.py",
     "compare": "views/compare.py",
     "pin": "views/pin.py",
