@@ -271,18 +271,20 @@ def known_releases(store: SqlResultsFile) -> dict[str, list[str]]:
 def overview(store: SqlResultsFile) -> dict[str, Any]:
     """What the file holds, for the 'which data is this' line: counts, time span, hosts."""
     row = store.fetch(
-        "SELECT count(*) AS outcomes, count(DISTINCT run_id) AS runs, count(DISTINCT cell_id) AS cells, "
-        "count(DISTINCT scenario) AS scenarios, min(started_at) AS first, max(started_at) AS last FROM outcomes"
+        "SELECT count(*) AS outcomes, count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios FROM outcomes"
     )[0]
+    # the runs are every stored run (the history's too), not the runs the current rows came
+    # from: a file of five identical nights held "1 run(s)" before
+    stored = store.fetch("SELECT count(*) AS runs, min(started_at) AS first, max(started_at) AS last FROM runs")[0]
     hosts = store.fetch("SELECT DISTINCT host->>'platform' AS platform, host->>'gpu' AS gpu FROM runs ORDER BY ALL")
     answers = store.fetch("SELECT count(*) AS n FROM transitions")[0]["n"] if store.has_table("transitions") else 0
     return {
         "outcomes": int(row["outcomes"]),
-        "runs": int(row["runs"]),
+        "runs": int(stored["runs"]),
         "cells": int(row["cells"]),
         "scenarios": int(row["scenarios"]),
-        "first": row["first"],
-        "last": row["last"],
+        "first": stored["first"],
+        "last": stored["last"],
         "platforms": sorted({h["platform"] for h in hosts if h["platform"]}),
         "gpus": sorted({h["gpu"] for h in hosts if h["gpu"]}),
         "transitions": int(answers),

@@ -23,8 +23,8 @@ import duckdb
 import pytest
 
 from harness.analysis.changes import Depends, Span, compare, flaky_flips, state_at
+from harness.analysis.knowngood import known_good_sets
 from harness.analysis.outcome import CellRecord, Outcome, Status
-from harness.analysis.pin import known_good_sets
 from harness.storage import history, queries
 from harness.storage.store import Store
 
@@ -196,6 +196,9 @@ def test_one_run_and_many_identical_runs_give_the_same_answers_and_counts(tmp_pa
     assert many[0].startswith("Changes since older-1") and "+0 failing, −0 fixed, 0 flaky" in many[0]
     assert many[2:] == one, "\n".join(many)  # the same answers and counts (8 outcomes, not 24), byte for byte
     assert "fail: 4  pass: 4" in one  # the current state's counts: one night, never the sum of three
+    with Store(thrice, read_only=True) as store:  # the dashboard's data line: every stored night, its span
+        seen = queries.overview(store)
+    assert (seen["outcomes"], seen["runs"], str(seen["first"])[:10], str(seen["last"])[:10]) == (8, 3, "2026-11-20", "2026-11-22")
     same = subprocess.run(
         [sys.executable, "scripts/same_answers.py", "--against", str(once), str(thrice)], capture_output=True, text=True, cwd=REPO
     )
