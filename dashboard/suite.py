@@ -19,7 +19,7 @@ import streamlit as st
 
 from dashboard import common, grouping, logic
 from harness.analysis import heatmap
-from harness.analysis.pin import ANY_MACHINE
+from harness.analysis.machines import ANY_MACHINE
 from harness.analysis.rows import axis_sort, machine_class
 from harness.analysis.selection import marker_matches, select_tests
 from harness.storage import pages, queries, suites

@@ -11,7 +11,7 @@ For each file, this checkout's harness and the one of --before (a commit, export
 a temporary folder) each read every outcome (`queries.outcome_rows`) and compute the
 attribution (`analysis.attribution.attribute`, with the releases the file lists: transitions,
 flaky cells, machine differences) and the known-good set of every machine class
-(`analysis.pin.known_good_sets`: the versions, the kept and dropped scenarios, the excluded
+(`analysis.knowngood.known_good_sets`: the versions, the kept and dropped scenarios, the excluded
 newer versions and why). They must be equal field by field; the script prints each side's
 time and exits 1 at the first file where they differ. Files a newer harness wrote are read
 read-only, through the view each harness lays over them. Written to check that making the
@@ -33,7 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 ANSWER = r"""
 import json, sys, time
-from harness.analysis import attribution, pin
+from harness.analysis import attribution
+try:
+    from harness.analysis.knowngood import known_good_sets
+except ImportError:  # a tree from before analysis/knowngood.py (#47)
+    from harness.analysis.pin import known_good_sets
 from harness.storage import queries
 from harness.storage.opening import open_results
 
@@ -41,7 +45,7 @@ store = open_results(sys.argv[1], read_only=True)
 rows = queries.outcome_rows(store)
 start = time.perf_counter()
 found = attribution.attribute(rows, known_versions=queries.known_releases(store))
-sets = pin.known_good_sets(rows)
+sets = known_good_sets(rows)
 seconds = time.perf_counter() - start
 answers = {
     "transitions": sorted(json.dumps(t.to_dict(), sort_keys=True, default=str) for t in found.transitions),

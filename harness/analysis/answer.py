@@ -47,7 +47,7 @@ from harness.analysis.attribution import (
     seen_versions,
     to_rows,
 )
-from harness.analysis.pin import KnownGoodSet, known_good_sets
+from harness.analysis.knowngood import KnownGoodSet, known_good_sets
 from harness.analysis.refine import Buildable, open_ranges
 from harness.analysis.rows import CellFacts, by_cell, machine_of
 
@@ -175,7 +175,7 @@ class Answer:
 
     @cached_property
     def known_good(self) -> tuple[KnownGoodSet, ...]:
-        """One known-good set per machine class (`analysis.pin.known_good_sets`)."""
+        """One known-good set per machine class (`analysis.knowngood.known_good_sets`)."""
         return tuple(known_good_sets(self.rows, self.cells))
 
     def known_good_by_class(self) -> dict[str, KnownGoodSet]:

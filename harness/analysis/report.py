@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from harness.analysis.attribution import Transition
 from harness.analysis.export import Sources
-from harness.analysis.pin import KnownGoodSet
+from harness.analysis.knowngood import KnownGoodSet
 from harness.analysis.redact import local_paths
 from harness.analysis.repro import build_notes, gpu_note, indexes
 from harness.analysis.requirement import StatedRequirement
@@ -780,7 +780,7 @@ def render_signature_report(
     or `attribution.to_rows`); those of other signatures are ignored. cells: cell id -> its
     `cells` record (for the full freeze). runs: run id -> `Store.runs_info()` entry (settings,
     host, matrix path). scenario_files / scenario_docs: name -> path / docstring. known_good:
-    machine class -> its known-good set (`pin.known_good_sets`): the example's is named. lead:
+    machine class -> its known-good set (`knowngood.known_good_sets`): the example's is named. lead:
     the scenario or test to lead with and reproduce. repro: the one-file repro written beside
     it. roots: the machine's folders and how to write the paths under them (`redact.local_paths`).
     """

@@ -294,6 +294,15 @@ def _machine_class(row: Mapping[str, Any]) -> str:
     return f"{count}x {gpu}" if count > 0 else gpu
 
 
+def to_minute(value: Any) -> str:
+    """When a row ran, to the minute: a DuckDB timestamp or ISO text -> `2026-11-21 14:05` (UTC, as stored).
+
+    >>> to_minute("2026-11-21T14:05:09.5"), to_minute(None)
+    ('2026-11-21 14:05', '')
+    """
+    return str(value or "").replace("T", " ")[:16]
+
+
 def group_of(scenario: str) -> str:
     """Where a test node id lives (its file, or file::Class); a scenario is its own group.
 

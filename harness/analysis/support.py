@@ -3,7 +3,7 @@
 The question projects ask in public ("which transformers releases work with peft 0.20?") is a
 table in the style of a browser-support table: one row per feature, one column per release.
 Here the row is a scenario and the release is one library's, on the **known-good line** of a
-machine class: every other axis held at that machine's known-good set (`pin.known_good_sets`),
+machine class: every other axis held at that machine's known-good set (`knowngood.known_good_sets`),
 so a column differs from its neighbour in that library alone. A column is a release that ran
 on the line (each square says pass, fail, … as `status.fold` folds it) or the releases the
 index lists between two that ran, which were not built. An exact answer of attribution on
@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
-from harness.analysis.pin import KnownGoodSet
+from harness.analysis.knowngood import KnownGoodSet
 from harness.analysis.rows import CellFacts, axis_sort
 from harness.analysis.status import fold
 from harness.analysis.versions import release, version_key

@@ -52,7 +52,8 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
-from harness.analysis.pin import PinResult, choose_for_passing
+from harness.analysis.knowngood import choose_for_passing
+from harness.analysis.pin import PinResult
 from harness.analysis.rows import (
     CellFacts,
     axis_sort,

@@ -15,7 +15,8 @@ from harness import __version__
 from harness.analysis import export, heatmap
 from harness.analysis.answer import Answer
 from harness.analysis.grouping import answer_groups
-from harness.analysis.pin import KnownGoodSet, describe_names
+from harness.analysis.knowngood import KnownGoodSet
+from harness.analysis.pin import describe_names
 from harness.analysis.requirement import StatedRequirement, requirements
 from harness.analysis.rows import CellFacts, group_of, is_suite
 from harness.analysis.status import SEVERITY, status_of

@@ -5,7 +5,7 @@
    that no tested version changes; machine differences; flaky cells.
 2. **Known-good set per machine**: per machine class (`cpu`, `1x NVIDIA H200`), the newest version
    set on which every scenario that passes somewhere on that class passes
-   (`analysis.pin.known_good_sets`, as `harness watch` and `harness pin` choose), or the scenarios
+   (`analysis.knowngood.known_good_sets`, as `harness watch` and `harness pin` choose), or the scenarios
    that keep any set from passing; a scenario that cannot run on a class is not counted there.
 3. **Grid**: scenarios as rows, cells as short labels (A, B, …) with a legend that names only
    the versions that vary; scenarios that could not run on this machine folded into one line.
@@ -34,7 +34,7 @@ from rich.table import Table
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.grouping import AnswerGroup, answer_groups
-from harness.analysis.pin import KnownGoodSet, known_good_sets
+from harness.analysis.knowngood import KnownGoodSet, known_good_sets
 from harness.analysis.rows import GRID_ROWS, axis_sort, group_of, machine_of
 from harness.analysis.versions import version_key
 from harness.render.fit import emit, emit_plain, hang, hang_plain, say, say_all

@@ -20,18 +20,8 @@ from packaging.utils import canonicalize_name
 
 from harness.analysis import export
 from harness.analysis.export import Sources
-from harness.analysis.pin import (
-    ANY_MACHINE,
-    DEFAULT_RANKING,
-    Constraints,
-    PinResult,
-    admitted_cells,
-    choose,
-    find_machine,
-    machine_classes,
-    newest_machine,
-    with_evidence,
-)
+from harness.analysis.machines import ANY_MACHINE, find_machine, machine_classes, newest_machine
+from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, admitted_cells, choose, with_evidence
 from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
 from harness.analysis.selection import marker_matches, select_tests

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.pin import Constraints, choose, find_machine, known_good_sets, newest_machine
+from harness.analysis.knowngood import known_good_sets
+from harness.analysis.machines import find_machine, newest_machine
+from harness.analysis.pin import Constraints, choose
 from harness.analysis.rows import machine_class
 from harness.analysis.selection import select_tests, selects
 

@@ -1,6 +1,6 @@
 """The known-good set's drop order, worked out in one pass, against the rule it implements.
 
-The rule (`pin.choose_for_passing`): while no candidate cell passes every wanted scenario, drop
+The rule (`knowngood.choose_for_passing`): while no candidate cell passes every wanted scenario, drop
 the one that does not pass in the most candidate cells (the first by name on a tie), and ask
 again. `reference` asks `choose` again after every drop, as the harness did before; the fast
 path must give the same result, field by field, on random tables: scenarios and tests, repeats,
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.analysis import pin
+from harness.analysis import knowngood, pin
 from harness.analysis.status import Status
 
 STATUSES = ["pass"] * 4 + ["fail", "error", "not_applicable", "inconclusive"]
@@ -77,7 +77,7 @@ def table(seed: int) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("seed", range(300))
 def test_the_drop_order_follows_the_rule(seed: int) -> None:
     rows = table(seed)
-    fast = pin.choose_for_passing(rows)
+    fast = knowngood.choose_for_passing(rows)
     assert (None if fast is None else (fast[0].to_dict(), fast[1], fast[2])) == reference(rows)
 
 
@@ -98,7 +98,7 @@ def test_a_cell_that_ran_only_dropped_scenarios_stops_counting() -> None:
         ],
         {"cell_id": "c3", "scenario": "b", "status": "pass", "repeat": 0, "run_id": "r", "versions": {"peft": "0.0.1"}, "signature": ""},
     ]
-    result, kept, dropped = pin.choose_for_passing(rows)  # type: ignore[misc]
+    result, kept, dropped = knowngood.choose_for_passing(rows)  # type: ignore[misc]
     assert (dict(result.versions), kept, dropped) == ({"peft": "0.2.0"}, ["a"], ["b"])
     assert (result.to_dict(), kept, dropped) == reference(rows)
 
@@ -121,6 +121,6 @@ def test_a_cell_gone_from_the_candidates_no_longer_counts_its_misses() -> None:
         *(_row("c2", s, st) for s, st in ((a, "pass"), (b, "fail"), (c, "pass"))),
         *(_row("c3", s, st) for s, st in ((a, "fail"), (b, "pass"), (c, "fail"))),
     ]
-    result, kept, dropped = pin.choose_for_passing(rows)  # type: ignore[misc]
+    result, kept, dropped = knowngood.choose_for_passing(rows)  # type: ignore[misc]
     assert (dict(result.versions), kept, dropped) == ({"peft": "0.3.0"}, [b], [a, c])
     assert (result.to_dict(), kept, dropped) == reference(rows)

@@ -29,7 +29,7 @@ ALLOWED_STDLIB = frozenset(
     {
         "__future__",
         "bisect",  # a sorted list's runs (pin's test selection)
-        "heapq",  # the known-good set's drop order (pin.drop_order)
+        "heapq",  # the known-good set's drop order (knowngood.drop_order)
         "collections",
         "collections.abc",
         "dataclasses",

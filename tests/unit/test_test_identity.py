@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.pin import known_good_sets
+from harness.analysis.knowngood import known_good_sets
 from harness.analysis.rows import as_tests
 
 _PATH = Path(__file__).resolve().parents[2] / "harness" / "running" / "testsuite_child.py"
