@@ -20,7 +20,7 @@
 #   keep      pyc, each sweep keeping its cells' fork servers for the next (--keep-servers 900,
 #             running/kept.py): a re-sweep attaches to them instead of starting servers
 #   pre       pyc, each preload compiling ahead what it will import, on the job's idle cores
-#             (child._precompile, since #38 item 2; pyc and keep keep it off:
+#             (incell/bytecode.py's precompile, since #38 item 2; pyc and keep keep it off:
 #             HARNESS_PRECOMPILE=0); the zygote shares only what servers loaded of torch, and
 #             waits for a fresh runner's whole site compiled
 #   imports   pre, the zygote also importing what earlier cells' scenarios imported of torch

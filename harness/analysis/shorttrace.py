@@ -8,7 +8,7 @@ come out here as at most `limit` lines: the innermost frames that fit, the excep
 frame the signature blames marked `← transformers: the innermost frame under test`.
 
 >>> text = '''Traceback (most recent call last):
-...   File "/h/harness/running/child.py", line 9, in run_scenario
+...   File "/h/harness/running/incell/scenario.py", line 9, in run_scenario
 ...     runpy.run_path(scenario)
 ...   File "/s/scenarios/load.py", line 4, in <module>
 ...     model.load()
@@ -37,8 +37,9 @@ LIMIT = 40
 MESSAGE_LINES = 8
 _PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _CARETS = re.compile(r"^\s*[\^~]+\s*$")
-#: The harness's own frames around a scenario: the child that ran it, and runpy.
-_MACHINERY = re.compile(r"(?:[/\\]harness[/\\](?:running[/\\])?child\.py|[/\\]runpy\.py|<frozen runpy>)$")
+#: The harness's own frames around a scenario: the child that ran it (its in-cell package, or
+#: child.py in tracebacks stored before it was one), and runpy.
+_MACHINERY = re.compile(r"(?:[/\\]harness[/\\](?:running[/\\])?(?:child\.py|incell[/\\]\w+\.py)|[/\\]runpy\.py|<frozen runpy>)$")
 _CHAINS = ("The above exception was the direct cause of the following exception:", "During handling of the above exception")
 #: pytest's line between two entries of its long format: `_ _ _ _ …`.
 _SEPARATOR = re.compile(r"^(?:_ )+_\s*$")

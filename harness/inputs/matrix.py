@@ -267,7 +267,7 @@ def _parse_tests(raw: Any, problems: list[str]) -> dict[str, Any]:
 def pytest_expression_problem(expression: str, option: str) -> str:
     """pytest's complaint about a -k or -m expression, as pytest words it; "" when it has none,
     or when pytest does not import here (the harness does not need it to run: the cells then
-    say it, `testsuite_child`'s "usage_error"). The check is pytest's own parser.
+    say it, `incell/suite.py`'s "usage_error"). The check is pytest's own parser.
 
     >>> pytest_expression_problem("lora and not slow", "-k")
     ''

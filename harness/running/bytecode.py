@@ -5,8 +5,8 @@ fork server and zygote compiled transformers, peft and torch's modules from sour
 env, every sweep: on 2 cores a cell's fork server spent about half its start compiling. uv
 hardlinks one unpacked wheel into every env that installs it, so the same file has the same
 inode in every env: each process of a cell keeps its modules' bytecode in one folder, named by
-the source file's identity on disk (`child.share_bytecode`), and the next cell with that
-release reads it back.
+the source file's identity on disk (`share_bytecode` in `incell/bytecode.py`, the cell's side),
+and the next cell with that release reads it back.
 
 The folder is a cache: deleting it costs one compilation; it is emptied when it outgrows
 `LIMIT_BYTES` (entries of wheels that uv's cache no longer holds are never read again).
@@ -14,10 +14,10 @@ The folder is a cache: deleting it costs one compilation; it is emptied when it 
 
 On a first sweep the folder is cold, and a server compiled its imports one module after another
 (transformers' 1,200 modules: about 60 % of its import, here). The cores the sweep's jobs leave
-idle now compile them first, in parallel (`child._precompile`): the files servers and scenarios
-imported before, listed in the folder, found in the new env; where none is listed yet (a fresh
-runner) and `child.WHOLE_SITE_WORKERS` cores are free, every site-packages whole; with
-`child.WHOLE_PACKAGE_WORKERS`, the preloaded packages nobody imported yet.
+idle now compile them first, in parallel (the cell's `precompile`): the files servers and
+scenarios imported before, listed in the folder, found in the new env; where none is listed yet
+(a fresh runner) and the cell's `WHOLE_SITE_WORKERS` cores are free, every site-packages whole;
+with `WHOLE_PACKAGE_WORKERS`, the preloaded packages nobody imported yet.
 `HARNESS_PRECOMPILE=0` turns that off.
 """
 
@@ -27,10 +27,10 @@ import os
 import shutil
 from pathlib import Path
 
-#: The variable a cell's processes read the folder from (child.BYTECODE_ENV; child.py imports nothing of ours).
+#: The variable a cell's processes read the folder from (incell/bytecode.py's BYTECODE_ENV; incell/ imports nothing of ours).
 BYTECODE_ENV = "HARNESS_BYTECODE_DIR"
 SWITCH_ENV = "HARNESS_BYTECODE"
-#: child.PRECOMPILE_ENV: how many workers compile ahead of a preload; HARNESS_PRECOMPILE=0: none.
+#: incell/bytecode.py's PRECOMPILE_ENV: how many workers compile ahead of a preload; HARNESS_PRECOMPILE=0: none.
 PRECOMPILE_ENV = "HARNESS_PRECOMPILE_WORKERS"
 PRECOMPILE_SWITCH_ENV = "HARNESS_PRECOMPILE"
 LIMIT_BYTES = 4 * 2**30

@@ -5,10 +5,10 @@ runner), paid again by every sweep of the cell, although nothing it imported has
 `harness sweep --keep-servers SECONDS`, a cell's server does not exit when its cell is done: it
 parks on a Unix socket named by everything that would make a fresh server of that cell differ
 (`server_key`: the interpreter, the env's installed distributions, the environment variables,
-this harness's child.py) and waits up to SECONDS for the next sweep of that cell. That sweep
-connects, hands the server its pipes, its log and its lifeline (`attach`), and the server
-imports whatever of the new preload it lacks (checked for CUDA as a start is) before it serves
-again, in the new cell folder. A parked server holds no pipe, no file and no lifeline of the
+every file of this harness's `incell/`) and waits up to SECONDS for the next sweep of that
+cell. That sweep connects, hands the server its pipes, its log and its lifeline (`attach`), and
+the server imports whatever of the new preload it lacks (checked for CUDA as a start is) before
+it serves again, in the new cell folder (`incell/park.py`). A parked server holds no pipe, no file and no lifeline of the
 sweep that parked it, and takes one sweep at a time: it unlinks its socket before it answers.
 
     harness sweep --keep-servers 900 ...   # park each cell's server for 15 idle minutes
@@ -34,8 +34,9 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.running import scratch
-from harness.running.child import LIFELINE_ENV, PRELOAD_LOG_ENV
-from harness.running.processes import CHILD
+from harness.running.incell.lifeline import LIFELINE_ENV
+from harness.running.incell.preload import PRELOAD_LOG_ENV
+from harness.running.processes import INCELL
 from harness.running.zygote import PER_CELL_VARIABLES, torch_record
 
 #: Where the sockets live (default: $XDG_RUNTIME_DIR/compat-harness, else /tmp/compat-harness-UID).
@@ -126,14 +127,19 @@ def _env_identity(python: str) -> list[Any]:
 
 def server_key(python: str, env: dict[str, str]) -> str:
     """Cells with equal keys can be served by one server: the same interpreter and installed
-    files, the same environment at import, the same child.py."""
+    files, the same environment at import, the same in-cell code (every file of `incell/`)."""
     variables = sorted((k, v) for k, v in env.items() if k not in VOLATILE)
-    payload = json.dumps([python, os.path.realpath(python), _env_identity(python), variables, _child_sha()])
+    payload = json.dumps([python, os.path.realpath(python), _env_identity(python), variables, _incell_sha()])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _child_sha() -> str:
-    return hashlib.sha256(CHILD.read_bytes()).hexdigest()
+def _incell_sha() -> str:
+    """Every file a server runs, by name and bytes: a change to any of them retires what is parked."""
+    digest = hashlib.sha256()
+    for path in sorted(INCELL.rglob("*.py")):
+        digest.update(f"{path.relative_to(INCELL).as_posix()}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def per_cell(env: dict[str, str]) -> dict[str, str | None]:

@@ -1,7 +1,7 @@
 """Preload what the scenarios import: learned per cell env, kept beside it.
 
 After a cell ran, each scenario's record holds the installed modules it imported that were
-not loaded before it started (`child.py`, "imported"); the scenario file and its helpers in
+not loaded before it started (`incell/scenario.py`, "imported"); the scenario file and its helpers in
 scenarios/ name the ones it imports itself. Next time that env's fork server preloads
 exactly those, in place of the matrix's `preload` list, so a cell that runs one plain
 script does not import transformers for it. What was learned and preloaded last time is kept

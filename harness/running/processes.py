@@ -1,8 +1,9 @@
 """What every process the harness starts shares: the program it runs, the lifeline, the group kill.
 
 The runner's fork servers and scenario processes and the zygotes (`runner.py`, `zygote.py`) are
-all `child.py`, started in their own session with the harness's lifeline (`lifeline`, passed
-with `child_env` and `pass_fds`), and ended by killing their whole process group (`kill_group`).
+all the in-cell package (`incell/`, started by its path: `CHILD`), started in their own session
+with the harness's lifeline (`lifeline`, passed with `child_env` and `pass_fds`), and ended by
+killing their whole process group (`kill_group`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-CHILD = Path(__file__).with_name("child.py")
-LIFELINE_ENV = "HARNESS_LIFELINE_FD"  # child.py's name for it
+from harness.running.incell.lifeline import LIFELINE_ENV
+
+#: What runs inside a cell (standard library only): the package, and the file a cell's Python is started with.
+INCELL = Path(__file__).with_name("incell")
+CHILD = INCELL / "__main__.py"
 #: One folder per cell that its scenarios share (the kit's saved model: scenarios/_gemma4._saved).
 CELL_DIR_ENV = "HARNESS_CELL_DIR"
 KILL_GRACE_SECONDS = 3.0

@@ -1,6 +1,6 @@
 """Run scenarios inside a cell's interpreter, one isolated process each, and read what each left behind.
 
-Two isolation modes share one child (`child.py`):
+Two isolation modes share one child (`incell/`, started as `incell/__main__.py`):
 - `fork`: a server per cell imports torch and transformers once, then forks per scenario
   before anything touches CUDA; each scenario still gets its own process and process group.
   The server is `server.CellServer`'s to start, feed and park; with a zygote pool
@@ -243,7 +243,7 @@ class CellRunner:
     def run_suite_worker(
         self, root: Path, args: list[str], events: Path, skip: list[str], output: Path, env: Mapping[str, str], keep: Path | None = None
     ) -> tuple[int | None, int | None]:
-        """One pytest worker (`testsuite_child.py`) in this cell, forked from the server like a
+        """One pytest worker (`incell/suite.py`) in this cell, forked from the server like a
         scenario: its own process group, killed by `kill_running()`. Blocks until it ends.
         `keep`: a shard's cut cell, where the controller writes the node ids this shard runs."""
         request: dict[str, Any] = {"kind": "suite", "root": str(root), "args": args, "events": str(events), "skip": skip}
@@ -256,5 +256,5 @@ class CellRunner:
 
 def _culprits_env(known: set[str]) -> dict[str, str]:
     """Tell a scenario's process which modules initialise CUDA here, so that it names the
-    modules it loaded that import one (`child._importers_of`). Nothing where none do."""
+    modules it loaded that import one (`incell/preload.py`'s `importers_of`). Nothing where none do."""
     return {"HARNESS_CUDA_CULPRITS": ",".join(sorted(known))} if known else {}

@@ -1,6 +1,6 @@
 """A cell's fork server: what it preloads, how it starts, one request at a time, parked or stopped at the end.
 
-The server (`child.py serve`) imports torch and the cell's libraries once, then forks a process
+The server (`incell/__main__.py serve`: `incell/server.py`) imports torch and the cell's libraries once, then forks a process
 per scenario (or per pytest worker) before anything touches CUDA. It comes from the first of:
 a server an earlier sweep of this cell kept (`kept.py`), a fork of a zygote that has imported
 torch already (`zygote.py`), or a fresh interpreter. When its imports turn out to initialise
@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from harness.running import kept
+from harness.running.incell.preload import PRELOAD_LOG_ENV  # a file of JSON lines, for measurements (unset: nothing is written)
 from harness.running.processes import CHILD, child_env, kill_group, lifeline
 from harness.running.zygote import TORCH_TOPS, ForkedServer
-
-#: child.PRELOAD_LOG_ENV: a file of JSON lines, for measurements (unset: nothing is written).
-PRELOAD_LOG_ENV = "HARNESS_PRELOAD_LOG"
 
 if TYPE_CHECKING:
     from harness.running.zygote import Zygote, ZygotePool

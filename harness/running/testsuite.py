@@ -2,7 +2,7 @@
 
 The suite runs in each cell as under plain `pytest` from the team's folder (its conftest.py
 files, fixtures, parametrization, markers and configuration, `addopts` included), collected
-once per cell by a worker forked from the cell's fork server (`testsuite_child.py`), so torch
+once per cell by a worker forked from the cell's fork server (`incell/suite.py`), so torch
 and the cell's libraries are imported once. Like pytest-xdist's controller, the harness reads
 the worker's events as they come: a test that kills the worker is a `crash` for that test, one
 that runs past its time a `timeout` (its process group is killed), and a new worker runs the
@@ -36,7 +36,6 @@ from harness.inputs.matrix import pytest_expression_problem
 from harness.inputs.scenarios import Scenario
 from harness.inputs.testsource import NoTests, TestSource
 
-CHILD = Path(__file__).with_name("testsuite_child.py")
 #: The root's pytest configuration files (with every conftest.py: what applies to all its tests).
 _CONFIG = ("conftest.py", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 #: A worker that dies this many times in a row without finishing a test is not started again.
@@ -245,7 +244,7 @@ class TestResult:
     traceback: str = ""
     seconds: float = 0.0
     phase: str = ""
-    test_id: str = ""  # its identity across the suite's releases, where not the node id (`testsuite_child.test_identity`)
+    test_id: str = ""  # its identity across the suite's releases, where not the node id (`incell/suite.py`'s `test_identity`)
 
 
 def interpret_result(event: dict[str, Any], libraries: Iterable[str]) -> TestResult:
@@ -286,7 +285,7 @@ def meaning(result: TestResult, libraries: Iterable[str]) -> Interpretation:
     return Interpretation(status, result.message, signature, result.exception_type, result.traceback)
 
 
-#: The end of a collection error's message (`testsuite_child.collection_exception`): where in the team's code.
+#: The end of a collection error's message (`incell/suite.py`'s `collection_exception`): where in the team's code.
 _WHERE = re.compile(r"^(?P<said>.*) \((?P<file>[^()]+), line (?P<line>\d+)\)$")
 
 

@@ -1,13 +1,13 @@
 """Import torch once per torch build, not once per cell: the harness side of the zygote.
 
-A zygote is a `child.py zygote` process started with one cell's interpreter. It imports
-torch's entries of the cell's preload (torch, its compile stack), checks that no module of a
-library under test came with them, and then forks one fork server per cell. The forked child
-checks that every file it has loaded is byte-identical in its cell's env (the distribution's
-RECORD, which hashes every file, not its version), rebases sys.path, sys.prefix and every
-loaded module's paths onto the cell's env, and imports the cell's own libraries. A cell whose
-files differ is refused; the pool then starts a zygote from that cell (a few per torch build
-at most), and past that the cell gets a plain fork server, as without zygotes.
+A zygote is an `incell/__main__.py zygote` process (`incell/zygote.py`) started with one cell's
+interpreter. It imports torch's entries of the cell's preload (torch, its compile stack), checks
+that no module of a library under test came with them, and then forks one fork server per cell.
+The forked child checks that every file it has loaded is byte-identical in its cell's env (the
+distribution's RECORD, which hashes every file, not its version), rebases sys.path, sys.prefix
+and every loaded module's paths onto the cell's env, and imports the cell's own libraries. A
+cell whose files differ is refused; the pool then starts a zygote from that cell (a few per
+torch build at most), and past that the cell gets a plain fork server, as without zygotes.
 
 The torch modules a forked server goes on to import (transformers pulls in torch.distributed,
 torch._dynamo, ...; a learned `torch.*` group) are the same for every cell of the build, so the
@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from harness.running.child import record_digest
+from harness.running.incell.zygote import ZYGOTE_SOCKET_ENV, record_digest
 from harness.running.processes import CELL_DIR_ENV, CHILD, child_env, kill_group, lifeline
 
 #: The top-level modules of the torch distribution: what a zygote may preload.
 TORCH_TOPS = frozenset({"torch", "functorch", "torchgen"})
-ZYGOTE_SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # child.py's name for it
 START_TIMEOUT = 600.0
 #: Zygotes per key: cells with the same torch but other dependencies of it (numpy, sympy) are
 #: refused by the first; one more zygote each for a few such groups beats a plain server each.
@@ -522,7 +521,7 @@ def zygote_key(python: str, env: dict[str, str], entries: list[dict[str, Any]], 
 
 
 def describe(python: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
-    """sys.path, prefixes and executables of a fresh `python child.py` in this env."""
+    """sys.path, prefixes and executables of a fresh interpreter in this env (`incell/__main__.py describe`)."""
     proc = subprocess.run([python, str(CHILD), "describe"], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"cannot describe the interpreter {python}: {proc.stderr.strip()[-500:]}")

@@ -14,7 +14,7 @@ import duckdb
 
 #: What the answers read: an outcome with its cell's versions and its run's machine (the newest
 #: definition; migrations 0001-0008 wrote earlier ones). `test_id`: a suite's test's identity
-#: across the suite's releases (`testsuite_child.test_identity`); the node id (`scenario`) where
+#: across the suite's releases (`incell/suite.py`'s `test_identity`); the node id (`scenario`) where
 #: none was stored, as in every file written before 0009, and for scenarios.
 _OUTCOMES_VIEW_0009 = """
 SELECT

@@ -45,7 +45,7 @@ def kept_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def cell_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A real virtualenv (no pip: child.py needs the standard library only)."""
+    """A real virtualenv (no pip: the in-cell package needs the standard library only)."""
     env = tmp_path_factory.mktemp("cellenv") / "venv"
     venv.EnvBuilder(with_pip=False).create(env)
     return str(env / "bin" / "python")

@@ -1,4 +1,4 @@
-"""Compiling ahead of a preload (`child._precompile`, issue #38 item 2): real interpreters, real files.
+"""Compiling ahead of a preload (`incell/bytecode.py`'s `precompile`, issue #38 item 2): real interpreters, real files.
 
 A first sweep's bytecode folder is empty, so each server compiled its imports one module after
 another. Before it imports, a preload now compiles on the job's idle cores, in forked workers:
@@ -30,17 +30,19 @@ PACKAGE = {
     "later.py": "VALUE = 2\n",  # imported by a scenario, not by the preload
     "never.py": "VALUE = 3\n",  # imported by nobody
 }
-# Runs in the "env" (-S: no site-packages but its own): sharing on as child.py's main turns it on; precompile for a preload of
-# pkgx (printing what it did), import argv[2:], remember what was imported, print pkgx's file.
+# Runs in the "env" (-S: no site-packages but its own): the in-cell package loaded by its path as its entry file
+# does, sharing on as its main turns it on; precompile for a preload of pkgx (printing what it did), import argv[2:],
+# remember what was imported, print pkgx's file.
 PROBE = """
 import json, os, runpy, sys
-child = runpy.run_path({child!r})
-child["share_bytecode"](os.environ[{var!r}])
+runpy.run_path({child!r})["load"]()
+from harness_incell import bytecode, main  # every protocol loaded, as when main turns sharing on
+bytecode.share_bytecode(os.environ[{var!r}])
 sys.path.insert(0, sys.argv[1])
-print(json.dumps(child["_precompile"]([{{"name": "pkgx", "modules": ["pkgx"]}}])))
+print(json.dumps(bytecode.precompile([{{"name": "pkgx", "modules": ["pkgx"]}}])))
 for name in sys.argv[2:]:
     __import__(name)
-child["remember_imports"]()
+bytecode.remember_imports()
 import pkgx.used
 print(pkgx.used.where())
 """
@@ -63,7 +65,7 @@ def _compiled(cache: Path) -> set[str]:
 
 
 def _run(site: Path, cache: Path, workers: int, *imports: str) -> tuple[dict[str, int], str, set[str]]:
-    """(what _precompile did, where pkgx.used's code says it is, the pkgx modules read from bytecode)."""
+    """(what precompile did, where pkgx.used's code says it is, the pkgx modules read from bytecode)."""
     env = {**os.environ, BYTECODE_ENV: str(cache), PRECOMPILE_ENV: str(workers), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = [sys.executable, "-S", "-v", "-c", PROBE.format(child=str(CHILD), var=BYTECODE_ENV), str(site), *imports]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=True)
@@ -158,9 +160,11 @@ def test_the_cells_get_the_workers_only_where_more_than_one(tmp_path: Path) -> N
 
 IMPORT_CLOCK = """
 import json, runpy, sys
-child = runpy.run_path({child!r})
-code = child["run_scenario"](sys.argv[1], sys.argv[2])
-print(json.dumps(json.load(open(sys.argv[2]))))
+runpy.run_path({child!r})["load"]()
+from harness_incell import scenario
+result = sys.argv[2]  # the scenario gets its own sys.argv
+code = scenario.run_scenario(sys.argv[1], result)
+print(json.dumps(json.load(open(result))))
 """
 SCENARIO = """
 import time
@@ -198,6 +202,7 @@ def test_a_scenarios_imports_are_counted_apart_and_its_traceback_is_untouched(tm
     assert record["exception_type"].endswith("ModuleNotFoundError")
     assert 0 < record["import_seconds"] < 0.3 < record["run_seconds"]
     plain = subprocess.run([python, str(scenario)], capture_output=True, text=True, timeout=60)
-    frames = [line for line in record["traceback"].splitlines() if line.startswith("  File") and "scenario.py" in line]
-    assert frames and frames == [line for line in plain.stderr.splitlines() if line.startswith("  File") and "scenario.py" in line]
+    # the scenario file's frames (not the in-cell package's incell/scenario.py that ran it)
+    frames = [line for line in record["traceback"].splitlines() if line.startswith(f'  File "{scenario}"')]
+    assert frames and frames == [line for line in plain.stderr.splitlines() if line.startswith(f'  File "{scenario}"')]
     assert " in enter\n" not in record["traceback"] and " in leave\n" not in record["traceback"]  # the clock adds no frame

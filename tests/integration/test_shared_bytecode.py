@@ -1,4 +1,4 @@
-"""Bytecode shared between envs (`child.share_bytecode`, `running.bytecode`): real interpreters, real files.
+"""Bytecode shared between envs (`incell/bytecode.py`'s `share_bytecode`, `running.bytecode`): real interpreters, real files.
 
 Two "envs" hold one module through a hardlink, as uv installs one wheel into many envs. A
 process in the first compiles it into the shared folder; a process in the second, with
@@ -18,12 +18,13 @@ import pytest
 from harness.running.bytecode import BYTECODE_ENV, SWITCH_ENV, bytecode_env
 from harness.running.processes import CHILD
 
-# Runs in the "env": turns sharing on exactly as child.py's main does, imports the module,
-# and prints where its code says it came from.
+# Runs in the "env": loads the in-cell package by its path as its entry file does, turns sharing
+# on exactly as its main does, imports the module, and prints where its code says it came from.
 PROBE = """
 import os, runpy, sys
-child = runpy.run_path({child!r})
-child["share_bytecode"](os.environ[{var!r}])
+runpy.run_path({child!r})["load"]()
+from harness_incell import bytecode, main  # every protocol loaded, as when main turns sharing on
+bytecode.share_bytecode(os.environ[{var!r}])
 sys.path.insert(0, sys.argv[1])
 import shared_mod
 print(shared_mod.where(), shared_mod.VALUE)

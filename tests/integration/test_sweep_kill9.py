@@ -123,7 +123,7 @@ def test_kill_9_at_random_moments_leaves_nothing_and_the_rerun_completes(tmp_pat
 def _zygote_of(mark: str) -> int | None:
     for pid in marked(mark):
         try:
-            if b"child.py\0zygote" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"incell/__main__.py\0zygote" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
         except OSError:
             continue

@@ -4,13 +4,14 @@ Each kind of cell (releases, a git source, `inherit` through a base interpreter 
 a virtualenv, as on the GPU runner) is built with uv as a sweep builds it. The same dump
 scenario runs forked from a zygote that another cell's interpreter started, and in a fresh
 process of the cell; `differences` compares the two. The leak tests run the same comparison
-with a copy of child.py that leaks on purpose, and require it to say so.
+with a copy of the in-cell package (`incell/`) that leaks on purpose, and require it to say so.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import pytest
 from harness.inputs.candidates import expand_find_links, index_for, resolve_matrix
 from harness.inputs.matrix import parse_matrix
 from harness.running.envs import EnvResult, build_env, uv_binary
-from harness.running.processes import CHILD
+from harness.running.processes import CHILD, INCELL
 from harness.running.runner import KIT_DIR, CellRunner
 from harness.running.zygote import ZygotePool
 from tests.conftest import git_package
@@ -107,8 +108,8 @@ def _run_dump(env: EnvResult, tmp: Path, isolation: str, pool: ZygotePool | None
 
 def _allowed(env: EnvResult, fresh: dict[str, Any], tmp: Path) -> list[str]:
     """Where a module of this cell may come from: its env, the base interpreter's prefix (the
-    standard library, and an inherited base's site-packages), the scenario and kit folders, child.py."""
-    return [str(env.location), fresh["sys"]["base_prefix"], *_inherited_sites(env), str(tmp), str(KIT_DIR), str(CHILD)]
+    standard library, and an inherited base's site-packages), the scenario and kit folders, the in-cell package."""
+    return [str(env.location), fresh["sys"]["base_prefix"], *_inherited_sites(env), str(tmp), str(KIT_DIR), str(INCELL)]
 
 
 def _inherited_sites(env: EnvResult) -> list[str]:
@@ -162,7 +163,7 @@ def pool(tmp_path: Path) -> Iterator[ZygotePool]:
 
 
 #: `__mp_main__` is whatever was `__main__` when multiprocessing was first imported: the fork
-#: server (child.py) in fork mode, the scenario in a fresh process; so it is without a zygote too.
+#: server (incell/__main__.py) in fork mode, the scenario in a fresh process; so it is without a zygote too.
 FORK_VS_PROCESS = ("__mp_main__",)
 
 
@@ -193,8 +194,8 @@ def test_a_zygote_forked_scenario_sees_exactly_its_cell(
     assert check_cells(envs, tmp_path, pool) == []
 
 
-# Each leak patches a copy of child.py (the zygote and the servers forked from it run it);
-# the comparison above must catch every one.
+# Each leak patches a copy of the in-cell package's zygote.py (the zygote and the servers forked
+# from it run it); the comparison above must catch every one.
 NO_IDENTITY_CHECK = (
     "    dists: dict[str, str] = {}\n",
     "    dists: dict[str, str] = {}\n    return {'prefix': prefix, 'dists': {}, 'files': {}, 'pth': _pth_files(sites)}\n",
@@ -229,16 +230,18 @@ LEAKS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 @pytest.mark.parametrize("leak", sorted(LEAKS))
 def test_the_comparison_catches_a_leaking_zygote(leak: str, release_cells: list[EnvResult], tmp_path: Path) -> None:
     expected, edits = LEAKS[leak]
-    source = CHILD.read_text()
+    leaky = tmp_path / "incell"
+    shutil.copytree(INCELL, leaky, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (leaky / "zygote.py").read_text()
     for old, new in edits:
-        assert old in source, "child.py changed: update the leak"
+        assert old in source, "incell/zygote.py changed: update the leak"
         source = source.replace(old, new)
-    leaky = tmp_path / "child.py"
-    leaky.write_text(source)
-    pool = ZygotePool(forbid=LIBRARIES, workdir=tmp_path, child=leaky)
+    (leaky / "zygote.py").write_text(source)
+    pool = ZygotePool(forbid=LIBRARIES, workdir=tmp_path, child=leaky / "__main__.py")
+    # __main__ and the package are the leaky copy here, not the real one: not a leak of the zygote
+    package = ("harness_incell", *(f"harness_incell.{p.stem}" for p in INCELL.glob("*.py") if not p.stem.startswith("__")))
     try:
-        # __main__ is the leaky copy of child.py here, not the real one: not a leak of the zygote
-        problems = check_cells(release_cells, tmp_path, pool, skip=("__main__", "__mp_main__"))
+        problems = check_cells(release_cells, tmp_path, pool, skip=("__main__", "__mp_main__", *package))
     finally:
         pool.close()
     assert [p for p in problems if expected in p], f"the {leak} leak went unnoticed: {problems}"

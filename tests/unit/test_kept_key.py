@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,6 +39,18 @@ def test_another_interpreter_is_another_key(tmp_path: Path) -> None:
     other.parent.mkdir()
     other.symlink_to(sys.executable)
     assert kept.server_key(str(other), BASE) != kept.server_key(sys.executable, BASE)
+
+
+@pytest.mark.parametrize("file", ["__main__.py", "lifeline.py", "park.py", "zygote.py", "suite.py"])
+def test_a_change_to_any_file_of_the_in_cell_package_is_another_key(file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a parked server runs the code it was started with: a change to any of it retires it
+    copy = tmp_path / "incell"
+    shutil.copytree(kept.INCELL, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(kept, "INCELL", copy)
+    before = kept.server_key(sys.executable, BASE)
+    with (copy / file).open("a") as fh:
+        fh.write("# changed\n")
+    assert kept.server_key(sys.executable, BASE) != before
 
 
 def test_per_cell_sends_every_volatile_variable_and_unsets_the_missing() -> None:

@@ -179,6 +179,15 @@ def test_each_layer_imports_only_the_layers_below_it(path: Path) -> None:
     assert not bad, f"{path.parent.name}/{path.name} imports {bad}: {path.parent.name}/ may import only {allowed}"
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "harness" / "running" / "incell").glob("*.py")), ids=lambda p: p.stem)
+def test_what_runs_in_a_cell_imports_only_the_standard_library_and_itself(path: Path) -> None:
+    # running/incell/ runs in the cell's own interpreter, where only the libraries under test are
+    # installed (and pytest, for a suite's worker): never the harness, which it reaches relatively only
+    allowed = set(sys.stdlib_module_names) | ({"pytest"} if path.stem == "suite" else set())
+    bad = sorted(m for m in _imports(path) if not m.startswith("harness.running.incell.") and m.partition(".")[0] not in allowed)
+    assert not bad, f"running/incell/{path.name} imports {bad}: what runs in a cell is the standard library and itself"
+
+
 def test_no_two_modules_of_a_folder_differ_only_by_a_suffix() -> None:
     # attributing/attribution, refinement/refine, ...: one name per concept, the folder says the layer.
     for folder in [REPO / "harness", *(p for p in (REPO / "harness").iterdir() if p.is_dir())]:

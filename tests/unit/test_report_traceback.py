@@ -95,6 +95,16 @@ def test_a_python_traceback_keeps_the_innermost_frames_within_40_lines(frames: i
     assert short[-1].startswith("TypeError:") or short[-1].startswith("… (")
 
 
+@pytest.mark.parametrize("child", ["/work/main/harness/running/incell/scenario.py", "/site-packages/harness/running/child.py"])
+def test_the_harness_frames_are_left_out_of_a_scenarios_traceback_now_and_in_stored_ones(child: str) -> None:
+    # the in-cell package ran the scenario (`incell/scenario.py`); tracebacks stored before it
+    # was a package name child.py
+    text = _python_traceback(1).replace("/work/main/harness/running/child.py", child)
+    short = short_traceback(text, "TypeError: x @ accelerate/hooks.py:init_hook")
+    assert child not in short and "runpy" not in short
+    assert short.splitlines()[1] == f'  File "{ENV}/transformers/modeling_utils.py", line 100, in step_0'
+
+
 def test_the_frame_under_test_is_the_one_the_signature_names_not_torch_below_it() -> None:
     text = _python_traceback(0) + "\n"
     text = text.replace(

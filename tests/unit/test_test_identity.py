@@ -1,4 +1,4 @@
-"""A test's identity across the releases of its suite (`testsuite_child.test_identity`): where
+"""A test's identity across the releases of its suite (`incell/suite.py`'s `test_identity`): where
 pytest made a parameter's id up from the argument's name and index, the value decides; every
 other id is kept as pytest printed it. Tables of (node id, callspec) -> identity."""
 
@@ -14,8 +14,8 @@ import pytest
 from harness.analysis.knowngood import known_good_sets
 from harness.analysis.rows import as_tests
 
-_PATH = Path(__file__).resolve().parents[2] / "harness" / "running" / "testsuite_child.py"
-_SPEC = importlib.util.spec_from_file_location("testsuite_child_under_test", _PATH)
+_PATH = Path(__file__).resolve().parents[2] / "harness" / "running" / "incell" / "suite.py"
+_SPEC = importlib.util.spec_from_file_location("suite_under_test", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 child = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(child)

@@ -2,7 +2,8 @@
 
 Runs in the cell's interpreter, forked from its fork server (torch and the cell's libraries
 already imported) or as a fresh process. Standard library and pytest only; never imports the
-harness. `child.py` calls `run()`; the harness reads the events file as it grows
+harness. `main` (the `suite` verb) and `server` (a request of kind "suite") call `run_request`,
+which calls `run()`; the harness reads the events file as it grows
 (`harness/running/testsuite.py`), so a test that kills this process or hangs is known by its "start"
 line without a result, and the next worker is told to leave out every test already done.
 
@@ -411,3 +412,8 @@ def run(root: str, args: list[str], events: str, skip: list[str], keep: str = ""
         plugin.emit(event="imported", modules=_new_imports(before, root))
         plugin.out.close()
     return code
+
+
+def run_request(request: dict[str, Any]) -> int:
+    """`run` with the harness's request (`suite-request.json`, or a fork server's request)."""
+    return int(run(request["root"], request["args"], request["events"], request["skip"], request.get("keep", "")))
