@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from harness.errors import BadInput
 
 if TYPE_CHECKING:  # the sweep's machinery is imported where a command runs, not when the CLI starts
-    from harness.running.sweep import SweepOptions
+    from harness.running.plan import SweepOptions
 
 DEFAULT_MATRIX = Path("matrix.toml")
 DEFAULT_DB = Path("results/compat.duckdb")
@@ -53,7 +53,7 @@ def add_suite(p: argparse._ActionsContainer) -> None:
 
 def suite_options(args: argparse.Namespace, options: SweepOptions | None = None) -> SweepOptions:
     """`add_suite`'s flags onto `options` (new ones for `args.matrix` when None)."""
-    from harness.running.sweep import SweepOptions
+    from harness.running.plan import SweepOptions
 
     options = options or SweepOptions(args.matrix, Path())
     options.tests, options.tests_root, options.test_requirements = args.tests, args.tests_root, args.test_requirement

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harness.commands import flags
 from harness.errors import EXIT_OK
-from harness.running.sweep import SweepOptions
+from harness.running.plan import SweepOptions
 from harness.workflows.planning import plan_shards, slurm_script
 
 

@@ -1,7 +1,7 @@
 """`harness sweep`: its flags, its workflow (plan, sweep, refine, answer) and its closing lines.
 
 `add_parser` and `run` are the command line's; `run_sweep` does the work in between, in the
-order a sweep needs it: validate everything (`sweep.plan`, nothing written before it returns),
+order a sweep needs it: validate everything (`plan.plan`, nothing written before it returns),
 open the results file (DuckDB, or a runner's JSON-lines shard), run the matrix's cells
 (`sweep.Sweep`), narrow the ranges its outcomes leave to exact releases (`refining.refine_run`,
 on the same sweep: its zygotes serve the probes too), and answer the run (`answering.answer`),
@@ -23,7 +23,7 @@ from harness.render.progress import ProgressReporter, print_rounds
 from harness.render.summary import print_history, render_answer
 from harness.running import kept
 from harness.running.gpus import default_jobs
-from harness.running.sweep import SweepOptions, SweepPlan
+from harness.running.plan import SweepOptions, SweepPlan
 from harness.workflows.support import keep_support_of
 from harness.workflows.sweeping import SweepDone, ran_no_test, run_sweep
 

@@ -1,6 +1,6 @@
 """What a run's outcomes depend on besides its cells: the scenario and test files, and the code under test.
 
-A sweep resumes its run when nothing of this changed (`running.sweep.default_run_id`), and a run
+A sweep resumes its run when nothing of this changed (`running.plan.default_run_id`), and a run
 records it (`inputs`) so that `harness changes` can tell a flip where nothing changed (flaky)
 from a failure of changed code. Contents, never file times: a fresh checkout of the same commit
 is the same suite; an edit is not.

@@ -295,7 +295,7 @@ def _fetch_of(con: duckdb.DuckDBPyConnection) -> Fetch:
 
 
 def runs(fetch: Fetch) -> list[Run]:
-    """Every run of the file, oldest first, with the inputs it recorded (`running.sweep.run_inputs`)."""
+    """Every run of the file, oldest first, with the inputs it recorded (`running.plan.run_inputs`)."""
     rows = fetch("SELECT run_id, started_at, json_extract(settings, '$.inputs') AS inputs FROM runs ORDER BY started_at, run_id", [])
     return [Run(str(r["run_id"]), r["started_at"], json_map(r["inputs"])) for r in rows]
 

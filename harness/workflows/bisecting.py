@@ -28,7 +28,8 @@ from harness.errors import BadInput, RunFailed
 from harness.inputs.candidates import PackageIndex, ResolvedMatrix, index_for, resolve_matrix
 from harness.inputs.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.inputs.scenarios import Scenario, select
-from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, suite_for
+from harness.running.plan import SweepOptions, SweepPlan, suite_for
+from harness.running.sweep import Reporter, Sweep
 from harness.running.testsuite import Suite
 from harness.storage import queries, recorded
 from harness.storage.store import Store

@@ -56,7 +56,8 @@ from harness.errors import BadInput
 from harness.inputs.candidates import ResolvedMatrix, index_for
 from harness.inputs.matrix import Candidate, Cell, MatrixSpec, Settings
 from harness.inputs.scenarios import Scenario, select
-from harness.running.sweep import Sweep, SweepOptions, SweepPlan
+from harness.running.plan import SweepOptions, SweepPlan
+from harness.running.sweep import Sweep
 from harness.running.testsuite import Suite
 from harness.storage import causes
 from harness.storage.shardfile import ShardStore

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.inputs.matrix import shard_cells
+from harness.running.plan import SweepOptions, SweepPlan, plan, shard_layout
 from harness.running.shards import cell_weights
-from harness.running.sweep import SweepOptions, SweepPlan, plan, shard_layout
 
 #: The array job's script; `str.format` fills it (`{{`/`}}` are the shell's own braces).
 SLURM_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "plan" / "slurm.sbatch"

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from harness.storage.store import Store
     from harness.workflows.attributing import Attributed
     from harness.workflows.bisecting import Step
-from harness.running.sweep import ResultStore, Sweep, SweepOptions, SweepPlan
+from harness.running.plan import SweepOptions, SweepPlan
+from harness.running.sweep import ResultStore, Sweep
 from harness.running.testsuite import Suite
 
 
@@ -283,7 +284,7 @@ def refine_and_attribute(
 
 def _recorded_suite(runs: Mapping[str, Mapping[str, Any]], spec: Any, matrix: Path, db: Path, env_root: Path | None) -> Suite | None:
     """The suite the newest run of the file recorded, as a sweep takes it (with what its cells need)."""
-    from harness.running.sweep import suite_for
+    from harness.running.plan import suite_for
 
     recorded = [found for run in runs.values() if (found := suite_of_run(run))]
     if not recorded:

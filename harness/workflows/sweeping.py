@@ -1,6 +1,6 @@
 """A sweep from start to end, as `harness sweep` runs it: plan (every mistake before anything is
 written), sweep into the results file, refine the ranges left, answer. The command's flags come
-in as `running.sweep.SweepOptions`; `SweepDone` is what the command prints."""
+in as `running.plan.SweepOptions`; `SweepDone` is what the command prints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from harness.analysis.outcome import Outcome
 from harness.analysis.refine import OnRound
 from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.running import live
-from harness.running.sweep import Reporter, Sweep, SweepOptions, SweepPlan, plan
+from harness.running.plan import SweepOptions, SweepPlan, plan
+from harness.running.sweep import Reporter, Sweep
 from harness.storage.opening import open_results
 from harness.storage.resultsfile import ResultsFile
 from harness.workflows.answering import answer

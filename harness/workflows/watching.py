@@ -34,7 +34,9 @@ from harness.inputs.candidates import PackageIndex, ResolvedMatrix, index_for, r
 from harness.inputs.matrix import Candidate, Cell, MatrixSpec, load_matrix
 from harness.inputs.scenarios import Scenario, load_scenario, lookup_names, select
 from harness.running import hostinfo, live
-from harness.running.sweep import Ledger, Reporter, Sweep, SweepOptions, SweepPlan, suite_for
+from harness.running.ledger import Ledger
+from harness.running.plan import SweepOptions, SweepPlan, suite_for
+from harness.running.sweep import Reporter, Sweep
 from harness.storage import recorded
 from harness.storage.store import Store
 from harness.workflows.answering import answer, index_releases

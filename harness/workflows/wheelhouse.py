@@ -24,7 +24,7 @@ from harness.errors import BadInput
 from harness.inputs.candidates import RELEASES_FILE, PackageIndex, ResolvedMatrix, expand_find_links, install_tags, listed_releases
 from harness.inputs.matrix import Candidate, Cell
 from harness.running.envs import Base, base_inputs, compile_lock, parse_freeze, request_for, resolve_failure_status, uv_binary
-from harness.running.sweep import SweepOptions
+from harness.running.plan import SweepOptions
 
 _NATIVE = re.compile(r"^bitsandbytes/libbitsandbytes_(\w+)\.(so|dll|dylib)$")
 #: The harness's own needs on a runner whose base has rich and packaging: uv only
@@ -210,7 +210,7 @@ def wheelhouse_for(
     from harness.inputs.candidates import index_for, resolve_matrix
     from harness.inputs.matrix import load_matrix
     from harness.running.envs import base_from_freeze
-    from harness.running.sweep import suite_for
+    from harness.running.plan import suite_for
 
     base = None
     if base_freeze:

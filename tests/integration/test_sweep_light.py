@@ -168,7 +168,7 @@ def test_process_isolation_gives_the_same_statuses(tmp_path: Path, env_root: Pat
 
 def test_the_matrix_scenarios_key_chooses_what_runs(tmp_path: Path) -> None:
     # the GPU runner's matrices name their scenarios; without --scenario, those run, not all
-    from harness.running.sweep import SweepOptions, plan
+    from harness.running.plan import SweepOptions, plan
 
     matrix = tmp_path / "m.toml"
     scenarios = '["gemma4_lora_inner_linear", "gpu_attn_sdpa_load"]'

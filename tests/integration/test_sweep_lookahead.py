@@ -13,8 +13,9 @@ import pytest
 from harness.analysis.outcome import Outcome
 from harness.inputs.matrix import Cell
 from harness.running.envs import EnvResult
+from harness.running.plan import SweepOptions, plan
 from harness.running.schedule import Feed
-from harness.running.sweep import Sweep, SweepOptions, _close_runner, _Prepared, plan
+from harness.running.sweep import Sweep, _close_runner, _Prepared
 from harness.storage.opening import open_results as open_store
 from tests.integration.test_sweep_light import write_matrix
 

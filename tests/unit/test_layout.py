@@ -150,7 +150,7 @@ def test_a_runner_sweep_needs_no_duckdb() -> None:
         "import harness.cli, harness.running.sweep, harness.running.zygote, harness.storage.shardfile, harness.storage.opening\n"
         "import harness.commands.sweep, harness.workflows.refining, harness.workflows.answering\n"
         "from pathlib import Path\n"
-        "from harness.running.sweep import SweepOptions\n"
+        "from harness.running.plan import SweepOptions\n"
         "from harness.workflows.sweeping import refine_step\n"
         "print(refine_step(SweepOptions(Path('m.toml'), Path('shard-1.jsonl'), shard=(1, 3)), None, None))\n"
         # a sweep's closing lines lead with the history's: none for a shard, and no DuckDB for it
