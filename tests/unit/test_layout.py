@@ -256,3 +256,17 @@ def test_the_flags_name_the_kept_servers_variable_as_the_runner_does() -> None:
     from harness.running import kept
 
     assert flags.KEEP_ENV == kept.KEEP_ENV
+
+
+def test_the_wheel_lists_every_package_of_harness() -> None:
+    """pyproject names the wheel's packages one by one (the dashboard and the scenarios ride under
+    harness._bundled): a folder of harness/ left off installs a harness that cannot import it."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / "harness").rglob("*.py")
+        if not {"__pycache__", "_bundled", "templates"} & set(path.parts)  # templates: package data
+    }
+    assert folders - listed == set(), "add them to [tool.setuptools] packages in pyproject.toml"
