@@ -26,7 +26,7 @@ class RawRun:
     metrics: dict[str, Any] = field(default_factory=dict)
     imported: list[str] = field(default_factory=list)  # installed modules the scenario imported (leaves)
     run_seconds: float | None = None  # the scenario file's own run in its process (the child's clock)
-    import_seconds: float | None = None  # of that, its imports (Python 3.12+; child._import_clock)
+    import_seconds: float | None = None  # of that, its imports (Python 3.12+; running/incell/scenario.py, _import_clock)
     imports_culprit: dict[str, str] = field(default_factory=dict)  # module -> the CUDA culprit's library it imports
 
 

@@ -38,7 +38,7 @@ class Outcome:
     metrics: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     #: A suite's test: its identity across the suite's releases where it is not the node id
-    #: (`scenario`); "" otherwise (`testsuite_child.test_identity`).
+    #: (`scenario`); "" otherwise (`running/incell/suite.py`, test_identity).
     test_id: str = ""
 
     def serialize(self) -> dict[str, Any]:
