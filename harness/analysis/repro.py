@@ -16,6 +16,10 @@ release pinned (`torch==2.11.0`, which only that build satisfies there); the def
 a machine without that GPU, and says when the scenario itself needs one. This module writes
 text; `harness report --repro` gathers the files and writes the scripts.
 
+A report's "Reproduce" section is here too (`reproduce_lines`): the one-file repro the report
+shows (`Repro`), the pins that reproduce a cell (`repro_pins`: its axes exactly, and what a run
+added for its suite), the pip line, the scenario or pytest command and the `harness sweep` line.
+
 >>> spec = ReproSpec(title="TypeError: x", signature="TypeError: x", kind="scenario", run="s.py",
 ...                  pins=("torch==2.11.0+cu130", "peft==0.19.1"), python="3.12", files=(("s.py", "raise TypeError('x')\\n"),))
 >>> script = pep723_script(spec, "def make_signature(*a):\\n    pass\\n")
@@ -42,9 +46,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from harness.analysis.export import Sources
+from harness.analysis.rows import Machine, axis_sort, installed, is_test, machine_of, suite_of_run
+from harness.analysis.versions import requirement
 
 #: The PyTorch index's build labels (`2.13.0+cpu`, `+cu130`, `+rocm6.4`, `+xpu`): the index that has each build.
 _BUILD = re.compile(r"^(?P<release>[^+]+)\+(?P<label>cpu|cu\d+|rocm\d+(?:\.\d+)*|xpu)$")
@@ -397,3 +409,138 @@ def main() -> int:
 if __name__ == "__main__":
     sys.exit(main())
 '''
+
+
+# -- the report's Reproduce section -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Repro:
+    """The one-file repro `harness report --repro` wrote beside the report (`pep723_script`), and its passing twin."""
+
+    name: str  # `repro.py`: the report names it by its file name only
+    script: str  # its text, shown collapsed in the report
+    passing_name: str = ""  # `repro-passing.py`, or "" where no passing set lies one step away
+    change: str = ""  # what the passing set changes: `peft 0.19.0 instead of 0.18.1`
+    gpus: int = 0  # the GPUs the scenario needs (its REQUIRES)
+
+
+def _public(url: str) -> bool:
+    """An index another machine can reach: http(s), and not this host."""
+    return url.startswith(("https://", "http://")) and re.match(r"https?://(?:localhost|127\.|0\.0\.0\.0|\[::1\])", url) is None
+
+
+def repro_pins(row: Mapping[str, Any], run: Mapping[str, Any], tests: bool) -> list[str]:
+    """What reproduces `row`'s cell: its axes exactly and, for a test, what the run added for its suite (pytest, plugins)."""
+    versions = installed(row)
+    pins = [requirement(a, versions[a]) for a in axis_sort(versions)]
+    return pins + (_suite_pins(run.get("settings") or {}, row, versions) if tests else [])
+
+
+def reproduce_lines(
+    cell_id: str,
+    row: Mapping[str, Any],
+    scenarios: Sequence[str],
+    runs: Mapping[str, Mapping[str, Any]],
+    scenario_files: Mapping[str, str],
+    nodes: Mapping[str, str] | None = None,
+    repro: Repro | None = None,
+) -> list[str]:
+    """How to reproduce `scenarios` in one cell: the one-file script when one was written, then the
+    commands; a test by the node id that cell's pytest gave it (`nodes`: identity -> node id, `rows.node_ids`).
+    Nothing in it names this machine: a PyTorch-index build gets that public index, a local source a comment."""
+    run = runs.get(str(row.get("run_id")), {})
+    settings = run.get("settings") or {}
+    sources = Sources.from_settings(settings)
+    tests = [(nodes or {}).get(s, s) for s in scenarios if is_test(s)]
+    pins = repro_pins(row, run, bool(tests))
+    public = [u for u in (sources.index_url, *sources.extra_index_urls) if u and _public(u)]
+    index = (["--index-url", sources.index_url] if sources.index_url in public else []) + [
+        w for u in sources.extra_index_urls if u in public for w in ("--extra-index-url", u)
+    ]
+    builds = list(dict.fromkeys(url for _, url in indexes(pins) if url not in public))
+    index += [w for url in builds for w in ("--extra-index-url", url)]
+    lines = ["```bash"]
+    install = " ".join(_quote(w) for w in ["pip", "install", *index, *pins])
+    lines += ["# the failing versions, exactly (every other package: the freeze above)", install]
+    local = [u for u in (sources.index_url, *sources.extra_index_urls) if u and not _public(u)]
+    if local or settings.get("find_links"):
+        lines.append("# the run also took packages from a source of its machine's own (a folder of wheels or a local index)")
+    matrix = str(run.get("matrix_path") or "matrix.toml")
+    matrix = matrix if not matrix.startswith(("/", "\\")) and ":" not in matrix[:3] else matrix.replace("\\", "/").rsplit("/", 1)[-1]
+    picks = [f"--scenario {_quote(s)}" for s in scenarios if not is_test(s)]
+    if len(tests) < len(scenarios):
+        lines.append("# the scenario: a standalone script; its helpers (_*.py) sit next to it in the harness's scenarios/")
+        lines += [f"python {scenario_files.get(s) or f'scenarios/{s}.py'}" for s in scenarios if not is_test(s)]
+    if tests:
+        suite = suite_of_run(run)
+        package, repo = str(suite.get("of") or ""), str(suite.get("git") or "")
+        if package:
+            shown = repo if repo and _public(repo) else ""
+            version = installed(row).get(package, "")
+            lines.append(f"# the tests of {package} {version}: from a checkout of {shown or 'its repository'} at that tag")
+            where = f" --tests-of {_quote(package)}" + (f" --tests-git {_quote(shown or f'<a clone of {package}>')}" if repo else "")
+        else:
+            lines.append("# the test, from the suite's root: where it runs pytest (its conftest.py files and configuration apply)")
+            where = " --tests-root ." if suite.get("root") else ""
+        lines += [f"python -m pytest {' '.join(_quote(t) for t in tests)}"]
+        picks.append(f"--tests {' '.join(_quote(t) for t in tests)}{where}")
+    lines += [
+        "# or let the harness build the env and run it" + (" (from the same folder)" if tests and not suite_of_run(run).get("of") else ""),
+        f"harness sweep --matrix {_quote(matrix)} --cell {cell_id} {' '.join(picks)}",
+        "```",
+    ]
+    return (_one_file(repro, pins, machine_of(row)) if repro else []) + lines
+
+
+def _one_file(repro: Repro, pins: Sequence[str], machine: Machine | None = None) -> list[str]:
+    """The one-file repro first: the two commands, where it failed, which torch build and how to get it (and
+    how to run it without that GPU), the script collapsed."""
+    width = max(len(repro.name), len(repro.passing_name))
+    out = [
+        f"One file, nothing to check out: `{repro.name}` (below) is a [PEP 723](https://peps.python.org/pep-0723/) script that pins "
+        "the failing set and carries the code that fails; [uv](https://docs.astral.sh/uv/) builds a fresh environment for it.",
+        "",
+        "```bash",
+        f"uv run {repro.name.ljust(width)}   # fails (exit 1) and prints the signature",
+    ]
+    if repro.passing_name:
+        out.append(f"uv run {repro.passing_name.ljust(width)}   # {repro.change}: passes (exit 0)")
+    out.append("```")
+    if machine:
+        out += ["", f"It failed on {machine.label()}." + (f" {gpu_note(repro.gpus)}" if repro.gpus else "")]
+    for sentence, command in build_notes(pins, machine.cuda if machine else "", repro.name):
+        out += ["", sentence + (f" `{command}`" if command else "")]
+    lines = len(repro.script.splitlines())
+    out += ["", f"<details><summary><code>{repro.name}</code> ({lines} lines)</summary>", "", SCRIPT_MARK, "", "</details>", ""]
+    out += ["Or, in an environment of your own:", ""]
+    return out
+
+
+#: Where the script goes in a report: after the paths of the rest are written from their roots (the script is left as it is).
+SCRIPT_MARK = "<!-- harness report: the script -->"
+
+
+def _suite_pins(settings: Mapping[str, Any], row: Mapping[str, Any], versions: Mapping[str, str]) -> list[str]:
+    """The packages a run added to every cell for its suite (`extra_requirements`: pytest, plugins,
+    the suite's requirements), at the versions this cell's freeze has; unpinned where it has none."""
+    freeze = {str(canonicalize_name(k)): str(v) for k, v in _freeze(row).items()}
+    axes = {str(canonicalize_name(a)) for a in versions}
+    pins = []
+    for wanted in settings.get("extra_requirements") or []:
+        try:
+            name = str(canonicalize_name(Requirement(str(wanted)).name))
+        except InvalidRequirement:
+            continue
+        if name not in axes:
+            pins.append(requirement(name, freeze[name]) if name in freeze else str(wanted))
+    return list(dict.fromkeys(pins))
+
+
+def _freeze(row: Mapping[str, Any]) -> dict[str, Any]:
+    found = row.get("installed") or {}
+    if isinstance(found, str):
+        found = json.loads(found) if found else {}
+    return dict(found) if isinstance(found, Mapping) else {}
+
+
+def _quote(word: str) -> str:
+    return shlex.quote(word)

@@ -26,18 +26,10 @@ from typing import Any
 
 from harness.analysis import signature as signature_module
 from harness.analysis.answer import Answer
+from harness.analysis.filing import file_at, repository
 from harness.analysis.redact import local_paths
-from harness.analysis.report import (
-    Repro,
-    example_of,
-    file_at,
-    passing_of,
-    render_cell_report,
-    render_signature_report,
-    repository,
-    repro_pins,
-)
-from harness.analysis.repro import ReproSpec, pep723_script
+from harness.analysis.report import example_of, passing_of, render_cell_report, render_signature_report
+from harness.analysis.repro import Repro, ReproSpec, pep723_script, repro_pins
 from harness.analysis.requirement import StatedRequirement, of_signature, requirements
 from harness.analysis.rows import distance, installed, is_test, machine_of, minor_version, node_ids, signature_of, suite_of_run
 from harness.analysis.status import FAILURES

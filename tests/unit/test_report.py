@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from harness.analysis.attribution import attribute, to_rows
-from harness.analysis.report import code, libraries_in_trace, render_cell_report, render_signature_report, repository, shorten_paths
+from harness.analysis.filing import libraries_in_trace, repository
+from harness.analysis.markdown import code
+from harness.analysis.report import render_cell_report, render_signature_report, shorten_paths
 
 ENV = "/tmp/envs/torch2.13.0-tf5.6.2-acc1.13.0-peft0.19.1-bnb0.49-1b611bb6262b/lib/python3.11/site-packages"
 SIG = (

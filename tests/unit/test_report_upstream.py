@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from harness.analysis.attribution import attribute, to_rows
-from harness.analysis.report import Repro, example_of, passing_of, render_cell_report, render_signature_report
+from harness.analysis.report import example_of, passing_of, render_cell_report, render_signature_report
+from harness.analysis.repro import Repro
 
 HOME = "/home/ann"
 SUITE = f"{HOME}/work/suite"  # where the sweep ran: the suite's root
