@@ -55,7 +55,7 @@ UNLISTED = "any release between (the index's releases were not listed)"
 
 # -- cells -----------------------------------------------------------------------------------
 @dataclass
-class _Cell:
+class _ScenarioCell:
     """Every stored repeat (over all runs) of one scenario at one combination of versions, on one machine."""
 
     points: dict[str, Point]
@@ -412,7 +412,7 @@ def attribute(
     sources: list[bool] = []  # a git or path candidate: placed by when it first ran
     groups = cells if cells is not None else by_cell(rows)
     failing = {row["scenario"] for group in groups.values() for row in group if row["status"] in FAILURES}
-    by_scenario: dict[str, dict[int, _Cell]] = defaultdict(dict)
+    by_scenario: dict[str, dict[int, _ScenarioCell]] = defaultdict(dict)
     first_seen: dict[tuple[str, Point], str] = {}
     for facts, group in groups.items():
         kid = kinds.get(facts)
@@ -427,7 +427,7 @@ def attribute(
                 by_kid = by_scenario[row["scenario"]]
                 cell = by_kid.get(kid)
                 if cell is None:
-                    cell = by_kid[kid] = _Cell(dict(combos[kid]), machines_of[kid])
+                    cell = by_kid[kid] = _ScenarioCell(dict(combos[kid]), machines_of[kid])
                 cell.rows.append(row)
         if sources[kid]:
             _first_seen(group, combos[kid], first_seen)
@@ -455,7 +455,7 @@ def attribute(
     return Attribution(tuple(transitions), tuple(flaky), tuple(machines))
 
 
-def _flaky(cell: _Cell, scenario: str, signature: str, family: str) -> Flaky:
+def _flaky(cell: _ScenarioCell, scenario: str, signature: str, family: str) -> Flaky:
     """A flaky cell: its repeats, and its runs where they disagree with each other rather than within one."""
     failed, _, repeats = cell.counts(signature)
     marked = cell.flaky_across(signature)
@@ -501,12 +501,12 @@ def _number(
 
 
 def _lines_of(
-    by_kid: Mapping[int, _Cell],
+    by_kid: Mapping[int, _ScenarioCell],
     axis: str,
     commits: Sequence[str],
     first_seen: Mapping[tuple[str, Point], str],
     shapes: dict[tuple[str, tuple[int, ...]], list[list[int]]],
-) -> list[list[_Cell]]:
+) -> list[list[_ScenarioCell]]:
     """`_lines` of one scenario's cells. Most tests of a suite ran in the same cells, so the lines'
     shape (which cells, in which order) is worked out once per axis and set of cells and reused."""
     order = tuple(by_kid)
@@ -517,7 +517,7 @@ def _lines_of(
     return [[by_kid[kid] for kid in line] for line in shape]
 
 
-def _signatures(cells: list[_Cell]) -> list[tuple[str, str]]:
+def _signatures(cells: list[_ScenarioCell]) -> list[tuple[str, str]]:
     """(signature, family) of every failure seen in these cells, sorted by signature."""
     families: dict[str, str] = {}
     for cell in cells:
@@ -528,9 +528,11 @@ def _signatures(cells: list[_Cell]) -> list[tuple[str, str]]:
     return sorted(families.items())
 
 
-def _lines(cells: list[_Cell], axis: str, commits: Sequence[str], first_seen: Mapping[tuple[str, Point], str]) -> list[list[_Cell]]:
+def _lines(
+    cells: list[_ScenarioCell], axis: str, commits: Sequence[str], first_seen: Mapping[tuple[str, Point], str]
+) -> list[list[_ScenarioCell]]:
     """Cells on one machine that differ only in `axis`, each group ordered along it; groups in a stable order."""
-    groups: dict[tuple[Machine, tuple[tuple[str, Point], ...]], list[_Cell]] = defaultdict(list)
+    groups: dict[tuple[Machine, tuple[tuple[str, Point], ...]], list[_ScenarioCell]] = defaultdict(list)
     for cell in cells:
         if axis in cell.points:
             groups[(cell.machine, tuple(sorted((a, p) for a, p in cell.points.items() if a != axis)))].append(cell)
@@ -544,7 +546,7 @@ def _lines(cells: list[_Cell], axis: str, commits: Sequence[str], first_seen: Ma
 
 
 def _walk(
-    scenario: str, signature: str, family: str, axis: str, line: list[_Cell], known: list[Version], commits: Sequence[str]
+    scenario: str, signature: str, family: str, axis: str, line: list[_ScenarioCell], known: list[Version], commits: Sequence[str]
 ) -> list[Transition]:
     verdicts = [cell.evidence(signature) for cell in line]
     definite = [i for i, v in enumerate(verdicts) if v in ("has", "clean")]
@@ -626,7 +628,7 @@ def _known_releases(combos: Iterable[Mapping[str, Point]], given: Mapping[str, I
     return {axis: sorted(versions) for axis, versions in known.items()}
 
 
-def _machine_differences(scenario: str, signature: str, family: str, cells: list[_Cell]) -> list[MachineDifference]:
+def _machine_differences(scenario: str, signature: str, family: str, cells: list[_ScenarioCell]) -> list[MachineDifference]:
     """Pairs of cells on two machines, `has` on one and `clean` on the other, that no release explains.
 
     A pair counts when its versions are equal, or when the one axis that differs has, on each
@@ -682,7 +684,7 @@ def _machine_differences(scenario: str, signature: str, family: str, cells: list
     return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], k[2], k[3], k[4]))]
 
 
-def _all_but(cell: _Cell, axis: str) -> tuple[frozenset[str], str, tuple[tuple[str, Point], ...]]:
+def _all_but(cell: _ScenarioCell, axis: str) -> tuple[frozenset[str], str, tuple[tuple[str, Point], ...]]:
     """A cell's axes, and its points on every axis but `axis`: equal for cells that differ in `axis` alone, or not at all."""
     return frozenset(cell.points), axis, tuple(sorted((a, p) for a, p in cell.points.items() if a != axis))
 

@@ -78,7 +78,7 @@ Kind = Literal["regression", "known", "no_evidence", "not_run"]
 
 # -- 1. the known-good set --------------------------------------------------------------------------
 @dataclass(frozen=True)
-class KnownGood:
+class GuardedSet:
     """The newest set on which the guarded scenarios all pass (`pin`), and what it ran."""
 
     pin: PinResult
@@ -141,7 +141,7 @@ def on_machine(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[s
     return [r for r in rows if machine_of(r).label().startswith(prefix)]
 
 
-def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
+def known_good(rows: Sequence[Mapping[str, Any]]) -> GuardedSet | None:
     """The known-good set of `rows` (one machine's), or None when no scenario passes anywhere."""
     groups = by_cell(rows)  # once, for the choice and the machine classes
     chosen = choose_for_passing(rows, cells=groups)
@@ -162,7 +162,7 @@ def known_good(rows: Sequence[Mapping[str, Any]]) -> KnownGood | None:
     labels = tuple((a, point.label()) for a, point in sorted(points(mine[0]).items()))
     classes = sorted({facts.machine_class for facts in groups} - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`
     named = classes[0] if len(classes) == 1 else ""
-    return KnownGood(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels, named)
+    return GuardedSet(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels, named)
 
 
 def _common_signature(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -175,7 +175,7 @@ def is_watch_run(run_id: str) -> bool:
     return run_id.startswith(WATCH_RUN_PREFIX)
 
 
-def newest_held(rows: Iterable[Mapping[str, Any]], axes: Sequence[str], good: KnownGood | None = None) -> dict[str, str]:
+def newest_held(rows: Iterable[Mapping[str, Any]], axes: Sequence[str], good: GuardedSet | None = None) -> dict[str, str]:
     """axis -> the newest release the file holds on it (see the module's docstring); axes with none are left out."""
     newest: dict[str, Version] = {}
     cells = {cell_facts(row) for row in rows if not is_watch_run(str(row.get("run_id") or ""))}  # once per cell
@@ -217,7 +217,7 @@ class Target:
         return f"{self.axis} {self.release}" + (f" (new: {', '.join(self.new)})" if len(self.new) > 1 else "")
 
 
-def plan_targets(good: KnownGood, new: Mapping[str, Sequence[str]]) -> list[Target]:
+def plan_targets(good: GuardedSet, new: Mapping[str, Sequence[str]]) -> list[Target]:
     """One target per axis with new releases, in reading order."""
     base = dict(good.requested)
     targets = []
@@ -397,7 +397,7 @@ def _known_in(failures: Iterable[Mapping[str, Any]], signature: str, axis: str, 
 
 
 def verdict(
-    good: KnownGood,
+    good: GuardedSet,
     targets: Sequence[Target],
     rows: Sequence[Mapping[str, Any]],
     watch_rows: Sequence[Mapping[str, Any]],
@@ -511,7 +511,7 @@ class WatchReport:
     db: str
     machine: str
     exclude_newer: str  # "" when the index was asked as of now
-    good: KnownGood
+    good: GuardedSet
     held: tuple[tuple[str, str], ...]
     new: tuple[tuple[str, tuple[str, ...]], ...]
     results: tuple[TargetResult, ...] = ()
@@ -541,11 +541,11 @@ class WatchReport:
         passing = [r.target.describe() for r in self.results if r.passes(self.good.guarded)]
         return "no regression" + (f"; new known-good: {', '.join(passing)}" if passing else "")
 
-    def _when(self) -> str:
+    def _releases_as_of(self) -> str:
         return f"releases up to {self.exclude_newer}" if self.exclude_newer else "releases as of now"
 
     def text(self) -> list[str]:
-        lines = [f"watch {self.db} on {self.machine or 'this machine'} ({self._when()})"]
+        lines = [f"watch {self.db} on {self.machine or 'this machine'} ({self._releases_as_of()})"]
         lines.append(f"{self.good.named()}: {self.good.describe()} (cell {self.good.cell_id})")
         lines.append(f"  guards {len(self.good.guarded)} scenario(s): {listing(self.good.guarded)}")
         if self.good.dropped:
@@ -574,7 +574,7 @@ class WatchReport:
     def markdown(self) -> str:
         icon = "❌" if self.exit_status else "✅"
         out = [f"## {icon} harness watch: {self.headline()}", ""]
-        out.append(f"Results file `{self.db}`, machine **{self.machine or '?'}**, {self._when()}.")
+        out.append(f"Results file `{self.db}`, machine **{self.machine or '?'}**, {self._releases_as_of()}.")
         out.append("")
         guards = f"guarding {len(self.good.guarded)} scenario(s)"
         out.append(f"**{self.good.named().capitalize()}:** {self.good.describe()} (cell `{self.good.cell_id}`), {guards}.")

@@ -54,7 +54,7 @@ class AnswerLine:
 
 
 @dataclass(frozen=True)
-class KnownGood:
+class KnownGoodRow:
     """One machine class's known-good set, its pin and its evidence."""
 
     machine: str
@@ -92,7 +92,7 @@ class Site:
     answers: tuple[AnswerLine, ...]
     steady: tuple[tuple[str, str, str], ...]  # (scenarios, signature, blamed) failing wherever they run
     notes: tuple[str, ...]  # machine differences, flaky cells, inconclusive scenarios
-    known_good: tuple[KnownGood, ...]
+    known_good: tuple[KnownGoodRow, ...]
     tables: tuple[SupportTable, ...]
     runs: tuple[Run, ...]
     heatmap: dict[str, Any]
@@ -160,7 +160,7 @@ def _notes(found: Answer, counted: Tally) -> list[str]:
     return notes
 
 
-def _known_good(known: KnownGoodSet) -> KnownGood | None:
+def _known_good(known: KnownGoodSet) -> KnownGoodRow | None:
     result = known.result
     if not result.found:
         return None
@@ -171,7 +171,7 @@ def _known_good(known: KnownGoodSet) -> KnownGood | None:
         result.first_seen[:10] if result.first_seen[:10] == result.last_seen[:10] else f"{result.first_seen[:10]} … {result.last_seen[:10]}"
     )
     evidence = f"run {', '.join(result.runs)}; {when}; on {'; '.join(result.machines) or known.machine}"
-    return KnownGood(
+    return KnownGoodRow(
         known.machine or "unknown machine",
         result.versions,
         result.cell_ids[0],

@@ -14,7 +14,7 @@ import pytest
 
 from harness.analysis import watch
 from harness.analysis.attribution import Transition
-from harness.analysis.watch import KnownGood, Target, WatchReport, known_good, new_releases, newest_held, plan_targets, verdict
+from harness.analysis.watch import GuardedSet, Target, WatchReport, known_good, new_releases, newest_held, plan_targets, verdict
 
 CPU = "cpu · linux-x86_64 · Python 3.11"
 SIG = "InvalidVersion: Invalid version: '<version>' @ packaging/version.py:__init__"
@@ -108,7 +108,7 @@ def test_known_good_records_what_failed_there() -> None:
 
 
 # -- what is new ----------------------------------------------------------------------------------------
-def _good(rows: list[dict[str, Any]]) -> KnownGood:
+def _good(rows: list[dict[str, Any]]) -> GuardedSet:
     found = known_good(rows)
     assert found is not None
     return found
