@@ -53,6 +53,7 @@ from packaging.version import Version
 
 from harness.analysis.attribution import Transition, held_text
 from harness.analysis.knowngood import choose_for_passing
+from harness.analysis.markdown import table_cell
 from harness.analysis.pin import PinResult
 from harness.analysis.rows import (
     CellFacts,
@@ -587,9 +588,9 @@ class WatchReport:
                 "|---" * 6 + "|",
             ]
             for f in grouped(self.regressions):
-                where = f"{f.axis} **{f.release}**" if f.exact else f"{f.axis} ≤ {f.release} (range: {_cell(f.answer)})"
-                held = _cell(f.conditions.removeprefix("with "))
-                out.append(f"| `{f.scenario}` | `{_cell(f.signature)}` | {where} | {f.before or '—'} | {held} | {f.status} |")
+                where = f"{f.axis} **{f.release}**" if f.exact else f"{f.axis} ≤ {f.release} (range: {table_cell(f.answer)})"
+                held = table_cell(f.conditions.removeprefix("with "))
+                out.append(f"| `{f.scenario}` | `{table_cell(f.signature)}` | {where} | {f.before or '—'} | {held} | {f.status} |")
             out.append("")
         out += ["### New releases", "", "| axis | held | new | tested | guarded scenarios |", "|---|---|---|---|---|"]
         results = {r.target.axis: r for r in self.results}
@@ -606,7 +607,7 @@ class WatchReport:
         fixed = [(r.target, s) for r in self.results for s in _fixed_groups(r.fixed)]
         if others or fixed:
             out += ["", "### Also"]
-            out += [f"- {f.kind.replace('_', ' ')}: {_cell(f.line())}" for f in others]
+            out += [f"- {f.kind.replace('_', ' ')}: {table_cell(f.line())}" for f in others]
             out += [f"- fixed: `{s}` fails in the known-good set and passes with {t.axis} {t.release}" for t, s in fixed]
         if self.refinement or self.notes:
             out.append("")
@@ -641,8 +642,3 @@ class WatchReport:
 
     def json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
-
-
-def _cell(text: str) -> str:
-    """Text safe inside a markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.analysis.changes import KINDS
+from harness.analysis.markdown import plain_text
 from harness.errors import EXIT_OK, BadInput
 from harness.workflows.changes import SHOWN, TITLES, Report, by_machine, cause_lines, changes_of, line, new_cells, tests_of
 
@@ -113,8 +114,8 @@ def markdown(report: Report) -> str:
             if mine:
                 out.append(f"**{TITLES[kind]}** ({tests_of(report, machine, kind):,} test(s))")
                 for group in mine[:SHOWN]:
-                    out.append(f"- {_md(line(group))}")
-                    out += [f"  - {_md(said)}" for said in cause_lines(report, group)]
+                    out.append(f"- {plain_text(line(group))}")
+                    out += [f"  - {plain_text(said)}" for said in cause_lines(report, group)]
                 if len(mine) > SHOWN:
                     out.append(f"- … {len(mine) - SHOWN} more line(s): `harness changes --json` lists every change")
                 out.append("")
@@ -122,7 +123,3 @@ def markdown(report: Report) -> str:
         if cells:
             out += [f"**New cells** ({len(cells)})", *[f"- `{c}`" for c in cells], ""]
     return "\n".join(out).rstrip() + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")

@@ -19,10 +19,11 @@ from harness.analysis.knowngood import KnownGoodSet
 from harness.analysis.pin import describe_names
 from harness.analysis.requirement import StatedRequirement, requirements
 from harness.analysis.rows import CellFacts, group_of, is_suite
+from harness.analysis.shortsignature import without_location
 from harness.analysis.status import SEVERITY, status_of
 from harness.analysis.support import SupportTable, support_tables
 from harness.errors import BadInput
-from harness.render.summary import _short_signature, context, inferred_text, never_changes
+from harness.render.summary import context, inferred_text, never_changes
 from harness.render.tally import Tally, grouped, tally
 from harness.storage.opening import open_results
 from harness.workflows.answering import answer
@@ -126,7 +127,7 @@ def _answers(found: Answer, counted: Tally) -> list[AnswerLine]:
             out.append(
                 AnswerLine(
                     names,
-                    _short_signature(signature),
+                    without_location(signature),
                     blamed.get(signature, ""),
                     g.headline,
                     g.kind,
@@ -148,7 +149,7 @@ def _steady(found: Answer, counted: Tally) -> list[tuple[str, str, str]]:
     steady: dict[tuple[str, str], list[str]] = defaultdict(list)
     for scenario, signature in never_changes(counted, found.attribution):
         steady[(group_of(scenario), signature)].append(scenario)
-    return [(grouped(names), _short_signature(sig), blamed.get(sig, "")) for (_, sig), names in sorted(steady.items())]
+    return [(grouped(names), without_location(sig), blamed.get(sig, "")) for (_, sig), names in sorted(steady.items())]
 
 
 def _notes(found: Answer, counted: Tally) -> list[str]:
@@ -261,7 +262,7 @@ def site_of(found: Answer, source: str) -> Site:
 def _requirement_why(stated: StatedRequirement) -> str:
     """`tests/…::test_x (ImportError: …): introduced in transformers 5.6.0 … held; fixed in peft 0.19.0 … held; on cpu · …`."""
     names = grouped(stated.scenarios)
-    return f"{names} ({_short_signature(stated.signature)}): {'; '.join(stated.lines())}" + (
+    return f"{names} ({without_location(stated.signature)}): {'; '.join(stated.lines())}" + (
         f"; on {stated.machine}" if stated.machine else ""
     )
 

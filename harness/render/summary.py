@@ -36,6 +36,7 @@ from harness.analysis.attribution import Attribution, Flaky, MachineDifference, 
 from harness.analysis.grouping import AnswerGroup, answer_groups
 from harness.analysis.knowngood import KnownGoodSet, known_good_sets
 from harness.analysis.rows import GRID_ROWS, axis_sort, group_of, machine_of
+from harness.analysis.shortsignature import without_location
 from harness.analysis.versions import version_key
 from harness.render.fit import emit, emit_plain, hang, hang_plain, say, say_all
 from harness.render.grid import STYLE, render_grid, render_wide
@@ -95,11 +96,6 @@ def _blamed(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return tally(rows).blamed
 
 
-def _short_signature(signature: str, limit: int = 120) -> str:
-    text = signature.split(" @ ")[0]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def context(held: Sequence[tuple[tuple[str, str], ...]]) -> str:
     """What the lines of one answer hold: each axis's value, or its values where the lines differ.
 
@@ -127,7 +123,7 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
     for (_, signature), groups in failures:
         who = f" ({blamed[signature]})" if blamed.get(signature) else ""
         names = grouped(t.scenario for g in groups for t in (*g.members, *g.inferred))
-        out.append(f"  [bold]{escape(names)}[/]: {escape(_short_signature(signature))}{who}")
+        out.append(f"  [bold]{escape(names)}[/]: {escape(without_location(signature))}{who}")
         for g in groups:
             colour = "green" if g.kind == "fixed" else "red"
             out.append(f"    [{colour}]{escape(g.headline)}[/]")
@@ -142,7 +138,7 @@ def render_answers(rows: Sequence[Mapping[str, Any]], attribution: Attribution, 
         out.append("  [bold]no tested version changes[/] (fails in every cell where it runs):")
         for (_, signature), failing in sorted(steady.items()):
             who = f" ({blamed[signature]})" if blamed.get(signature) else ""
-            out.append(f"    {escape(grouped(failing))}: {escape(_short_signature(signature))}{who}")
+            out.append(f"    {escape(grouped(failing))}: {escape(without_location(signature))}{who}")
     for m in attribution.machines:
         out.append(f"  [bold]{escape(m.scenario)}[/]: {escape(m.headline())}")
     for f in attribution.flaky:

@@ -27,6 +27,7 @@ from typing import Any
 from harness.analysis import signature as signature_module
 from harness.analysis.answer import Answer
 from harness.analysis.filing import file_at, repository
+from harness.analysis.markdown import table_cell
 from harness.analysis.redact import local_paths
 from harness.analysis.report import example_of, passing_of, render_cell_report, render_signature_report
 from harness.analysis.repro import Repro, ReproSpec, pep723_script, repro_pins
@@ -470,7 +471,7 @@ def _index(entries: list[tuple[str, str, str, list[Mapping[str, Any]], list[Stat
     for stem, chosen, blamed, hits, stated in entries:
         said = [f"**{r.text()}**" for r in stated] + list(answers.get(chosen, {}))
         cells = len({r["cell_id"] for r in hits})
-        failure = chosen.replace("|", "\\|")
+        failure = table_cell(chosen)
         lines.append(
             f"| [{stem}]({stem}.md) | {repository(blamed) or blamed or '—'} | `{failure}` | {len({r['scenario'] for r in hits})} | "
             f"{cells} | {'; '.join(said) or 'no exact answer'} |"
