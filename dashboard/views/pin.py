@@ -12,7 +12,8 @@ import streamlit as st
 
 from dashboard import common, grouping, logic, suite
 from harness.analysis import export
-from harness.analysis.pin import ANY_MACHINE, DEFAULT_RANKING, Constraints, PinResult
+from harness.analysis.machines import ANY_MACHINE
+from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult
 from harness.storage import pages, suites
 from harness.workflows.pinning import machines_of, newest_machine_of, passing_by_machine, pin_from_store
 

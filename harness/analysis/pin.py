@@ -41,7 +41,6 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.analysis.candidates import Candidate, ScenarioResult, breaks_collection
-from harness.analysis.machines import ANY_MACHINE as ANY_MACHINE  # dashboard/views/pin.py imports it from here
 from harness.analysis.rows import (
     CellFacts,
     axis_sort,
