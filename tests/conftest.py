@@ -59,15 +59,3 @@ def git_package(repo: Path, commits: list[tuple[str, str]]) -> list[str]:
         shas.append(git(repo, "rev-parse", "HEAD"))
     return shas
 
-
-#: Tests that must share one pytest-xdist worker (`./run test` runs one a core, `--dist loadgroup`):
-#: the browser tests share one Streamlit server and one Chromium per worker (a pair a worker would
-#: crowd a 2-core machine), and the Slurm tests the one local cluster a machine can run.
-XDIST_GROUPS = {"browser": "browser", "test_slurm": "slurm"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = XDIST_GROUPS.get(item.path.parent.name) or XDIST_GROUPS.get(item.path.stem)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
