@@ -58,4 +58,3 @@ def git_package(repo: Path, commits: list[tuple[str, str]]) -> list[str]:
         git(repo, "commit", "-qm", message)
         shas.append(git(repo, "rev-parse", "HEAD"))
     return shas
-

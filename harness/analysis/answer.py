@@ -47,7 +47,8 @@ from harness.analysis.attribution import (
     seen_versions,
     to_rows,
 )
-from harness.analysis.knowngood import KnownGoodSet, known_good_sets
+from harness.analysis.knowngood import KnownGoodSet, known_good_sets, with_quiet
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet, weight
 from harness.analysis.refine import Buildable, open_ranges
 from harness.analysis.rows import CellFacts, by_cell, machine_of
 
@@ -61,6 +62,8 @@ class Answer:
     rows: Sequence[Row]  # every row read
     releases: Mapping[str, Sequence[str]]  # axis -> every release the index listed (stored with the runs)
     about: Sequence[Row] | None = field(default=None, repr=False)  # the rows the answers are about (None: all)
+    #: The quiet tests the rows hold as one stand-in (`analysis.quiet`; none: every test has its rows).
+    quiet: Quiet = field(default=NO_QUIET, repr=False)
 
     # -- the transitions ---------------------------------------------------------------------------
     @cached_property
@@ -82,6 +85,12 @@ class Answer:
         known = {axis: [*seen.get(axis, []), *self.releases.get(axis, [])] for axis in {*seen, *self.releases}}
         return attribute(self.about, known_versions=known, unlisted=self.unlisted)
 
+    @cached_property
+    def scenarios(self) -> frozenset[str]:
+        """Every scenario (or test) the rows hold, each quiet one by name (`analysis.quiet`)."""
+        names = {str(r["scenario"]) for r in self.rows}
+        return frozenset((names - {STAND_IN}) | set(self.quiet.tests) if self.quiet else names)
+
     @property
     def transitions(self) -> tuple[Transition, ...]:
         return self.attribution.transitions
@@ -96,8 +105,8 @@ class Answer:
 
     @property
     def attributed(self) -> int:
-        """How many rows the answers are about."""
-        return len(self.rows if self.about is None else self.about)
+        """How many outcomes the answers are about (a stand-in row counts as those it stands for)."""
+        return sum(map(weight, self.rows if self.about is None else self.about))
 
     def narrowed(self, rows: Iterable[Row]) -> Answer:
         """The answers about `rows` (a part of this read), every version the read ran counted as known."""
@@ -176,12 +185,13 @@ class Answer:
     @cached_property
     def known_good(self) -> tuple[KnownGoodSet, ...]:
         """One known-good set per machine class (`analysis.knowngood.known_good_sets`)."""
-        return tuple(known_good_sets(self.rows, self.cells))
+        return tuple(with_quiet(k, self.quiet) for k in known_good_sets(self.rows, self.cells))
 
     def known_good_by_class(self) -> dict[str, KnownGoodSet]:
         return {k.machine: k for k in self.known_good}
 
 
-def answer_rows(rows: Iterable[Row], releases: Mapping[str, Sequence[str]]) -> Answer:
-    """The answers of `rows`, given every release the index listed per axis (nothing computed yet)."""
-    return Answer(rows if isinstance(rows, list) else list(rows), releases)
+def answer_rows(rows: Iterable[Row], releases: Mapping[str, Sequence[str]], quiet: Quiet = NO_QUIET) -> Answer:
+    """The answers of `rows`, given every release the index listed per axis (nothing computed yet);
+    `quiet`: the quiet tests the rows hold as one stand-in (`storage.queries.loud_rows`)."""
+    return Answer(rows if isinstance(rows, list) else list(rows), releases, quiet=quiet)

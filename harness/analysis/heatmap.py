@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet, by_group
 from harness.analysis.rows import axis_sort, cell_facts
-from harness.analysis.status import fold, status_of
+from harness.analysis.status import Status, fold, status_of
 from harness.analysis.versions import version_key
 
 #: Background colour per status (and `mixed`: some repeats passed), shared by every face that draws one.
@@ -361,19 +362,26 @@ def layout(
 
 
 def from_rows(
-    outcomes: Iterable[Mapping[str, Any]], group: Callable[[str], str] | None = None
+    outcomes: Iterable[Mapping[str, Any]], group: Callable[[str], str] | None = None, quiet: Quiet = NO_QUIET
 ) -> tuple[list[str], list[Column], dict[tuple[str, str], str]]:
     """(row names, one column per cell, (cell id, row) -> folded word) from outcome rows, every run and machine pooled,
-    each cell's versions as attribution reads them (`rows.cell_facts`)."""
+    each cell's versions as attribution reads them (`rows.cell_facts`); `quiet`: the tests a stand-in row passes (`analysis.quiet`)."""
     counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     versions: dict[str, tuple[tuple[str, str], ...]] = {}
+    quiet_rows = by_group(quiet, group)
     for row in outcomes:
         cell = str(row["cell_id"])
         if cell not in versions:
             points = cell_facts(row).points
             versions[cell] = tuple((a, points[a].value) for a in axis_sort(points))
         name = str(row["scenario"])
+        if name == STAND_IN:
+            for held, n in quiet_rows.items():
+                counts[(cell, held)][Status.PASS.value] += n
+            continue
         counts[(cell, group(name) if group else name)][str(row["status"])] += 1
-    words = {key: fold(n) for key, n in counts.items()}
+    # by cell, then by row: the same order whether a stand-in held the quiet tests or not
+    column = {cell: k for k, cell in enumerate(versions)}
+    words = {key: fold(counts[key]) for key in sorted(counts, key=lambda k: (column[k[0]], k[1]))}
     names = sorted({name for _, name in words})
     return names, [Column(c, c, v) for c, v in versions.items()], words

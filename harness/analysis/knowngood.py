@@ -13,12 +13,13 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
 
 from harness.analysis.candidates import Candidate, breaks_collection
-from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, admitted_rows, candidates_of, choose_among
+from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, admitted_rows, as_asked, candidates_of, choose_among
+from harness.analysis.quiet import STAND_IN, Quiet
 from harness.analysis.rows import CellFacts, by_cell
 from harness.analysis.status import FAILURES, Status
 
@@ -210,3 +211,13 @@ def known_good_sets(
         result, kept, dropped = chosen
         found.append(KnownGoodSet(machine, result, tuple(kept), tuple(dropped), idle, tuple(sorted(evidence - {*kept, *dropped}))))
     return found
+
+
+def with_quiet(found: KnownGoodSet, quiet: Quiet) -> KnownGoodSet:
+    """`found`, chosen over rows whose quiet tests were one stand-in (`analysis.quiet`), as it would
+    have been chosen over every row: the stand-in passed in every cell, as each quiet test did, so
+    it is kept wherever the set was found and only its name and its evidence stand for many."""
+    if not quiet or STAND_IN not in found.kept:
+        return found
+    result = as_asked(found.result, quiet.expand(found.result.scenarios), set(quiet.tests))
+    return replace(found, result=result, kept=quiet.expand(found.kept))

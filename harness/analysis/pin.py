@@ -41,6 +41,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.analysis.candidates import Candidate, ScenarioResult, breaks_collection
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet, earliest
 from harness.analysis.rows import (
     CellFacts,
     axis_sort,
@@ -388,17 +389,32 @@ def choose(
     constraints: Constraints | None = None,
     ranking: Sequence[str] = DEFAULT_RANKING,
     cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
+    quiet: Quiet = NO_QUIET,
 ) -> PinResult:
     """The newest cell on which every scenario in `scenarios` passed, under `constraints`.
 
     rows: outcome rows shaped like `outcomes_v` (`Store.outcomes()`); repeats and runs of one
     combination of exact versions are pooled. ranking: the axis compared first, then the next;
     axes left out follow in reading order. cells: `rows` by cell (`by_cell`), when the caller has them.
+    quiet: the tests the rows hold as one stand-in (`analysis.quiet`): each chosen one is asked of
+    the stand-in, which passed where each of them did, and given its evidence.
     """
     constraints = constraints or Constraints()
     wanted = tuple(dict.fromkeys(scenarios))
     groups = cells if cells is not None else by_cell(rows)
-    return choose_among(candidates_of(groups, set(wanted), constraints), wanted, constraints, ranking)
+    held = set(quiet.tests).intersection(wanted) if quiet else set()
+    asked = (*(s for s in wanted if s not in held), STAND_IN) if held else wanted
+    found = choose_among(candidates_of(groups, set(asked), constraints), asked, constraints, ranking)
+    return as_asked(found, wanted, held) if held else found
+
+
+def as_asked(found: PinResult, wanted: tuple[str, ...], held: set[str]) -> PinResult:
+    """`found`, chosen with the stand-in asked for the quiet tests of `wanted` (`held`), as if each was asked."""
+    evidence = {e.scenario: e for e in found.evidence}
+    stand_in = evidence.pop(STAND_IN, None)
+    if stand_in is not None:
+        evidence.update({s: replace(stand_in, scenario=s) for s in held})
+    return replace(found, scenarios=wanted, evidence=tuple(evidence[s] for s in wanted if s in evidence))
 
 
 def choose_among(cells: list[Candidate], wanted: tuple[str, ...], constraints: Constraints, ranking: Sequence[str]) -> PinResult:
@@ -419,7 +435,7 @@ def choose_among(cells: list[Candidate], wanted: tuple[str, ...], constraints: C
         versions=tuple((a, chosen.versions[a]) for a in axis_sort(chosen.versions)),
         cell_ids=tuple(sorted({str(r.get("cell_id") or "") for r in rows_of})),
         runs=chosen.runs(),
-        first_seen=min(to_minute(r.get("started_at")) for r in rows_of),
+        first_seen=min(to_minute(earliest(r)) for r in rows_of),
         last_seen=to_minute(latest.get("started_at")),
         gpus=tuple(sorted({str(r.get("gpu")) for r in rows_of if r.get("gpu")})),
         platforms=tuple(sorted({str(r.get("platform")) for r in rows_of if r.get("platform")})),

@@ -370,5 +370,9 @@ def suite_of_run(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def is_suite(rows: Iterable[Mapping[str, Any]]) -> bool:
     """More tests than a grid lists one by one: rows are then test files (heatmap) and groups (tables)."""
-    names = {str(r["scenario"]) for r in rows}
+    return names_are_suite({str(r["scenario"]) for r in rows})
+
+
+def names_are_suite(names: set[str] | frozenset[str]) -> bool:
+    """`is_suite`, of the tests' names (`Answer.scenarios`: the quiet ones among them)."""
     return len(names) > GRID_ROWS and any("::" in n for n in names)

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     args.db = args.db_file or args.db
     with open_results(args.db, read_only=True) as store:
-        found = answer(store, args.run_id or None)
+        found = answer(store, args.run_id or None, loud=not (args.json or args.wide))  # both print every test
     if not args.json and not args.run_id:
         print_history(Path(args.db), console)
     if args.json:

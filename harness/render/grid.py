@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.rows import GRID_ROWS, axis_sort, group_of, installed
 from harness.analysis.status import SEVERITY, Status, status_of
 from harness.analysis.versions import version_key
@@ -105,19 +106,24 @@ def _labels(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str
     return label, legend, shared
 
 
-def render_grid(rows: Sequence[Mapping[str, Any]], console: Console, counted: Tally | None = None) -> None:
-    """Scenarios × cells in one or two characters each, with a legend; scenarios that never ran here on one line."""
+def render_grid(rows: Sequence[Mapping[str, Any]], console: Console, counted: Tally | None = None, quiet: Quiet = NO_QUIET) -> None:
+    """Scenarios × cells in one or two characters each, with a legend; scenarios that never ran here on one line.
+    quiet: the quiet tests the rows hold as one stand-in (`analysis.quiet`): each a pass in every cell."""
     counted = counted or tally(rows)
     words = counted.words
     label, legend, shared = _labels(rows)
-    scenarios = sorted(set(map(SCENARIO, rows)))
+    scenarios = sorted(set(map(SCENARIO, rows)) - {STAND_IN})
     # a cell's word is not_applicable only when every outcome there was (`status.fold`)
     applicable = counted.applicable
     ran = [s for s in scenarios if s in applicable]
     ran_here = set(ran)  # sets, not lists: 20,000 tests made these checks quadratic
     idle = [s for s in scenarios if s not in ran_here]
+    if quiet:
+        ran = sorted([*ran, *quiet.tests])
     if len(ran) > GRID_ROWS:  # a test suite: one row per file (or class), its worst status in each cell
-        words, ran = _by_group(words, ran)
+        words, ran = _by_group(words, ran, set(quiet.tests))
+    elif quiet:  # a few quiet scenarios: each its own row of passes
+        words = {cell: {**said, **dict.fromkeys(quiet.tests, Status.PASS.value)} for cell, said in words.items()}
     say(console, f"\n[bold]Grid[/] ({'all cells: ' + escape(shared) if shared else 'cells below'})")
     columns = sorted(label, key=lambda c: (len(label[c]), label[c]))
     names = min(NAME_WIDTH, max(cell_len(n) for n in ["scenario", *ran]))
@@ -169,17 +175,21 @@ def _grid_line(name: Text, cells: Sequence[Text], widths: Sequence[int], width: 
     return line
 
 
-def _by_group(words: dict[str, dict[str, str]], ran: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """Fold each cell's tests into their groups: the worst status among them (`status.SEVERITY`),
-    the worst of those that gave evidence where any did."""
+def _by_group(
+    words: dict[str, dict[str, str]], ran: list[str], quiet: set[str] | frozenset[str] = frozenset()
+) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Quiet each cell's tests into their groups: the worst status among them (`status.SEVERITY`),
+    the worst of those that gave evidence where any did. `quiet`: tests of `ran` that passed in
+    every cell, with no word of their own in `words` (`analysis.quiet`)."""
     members: dict[str, list[str]] = defaultdict(list)
     for name in ran:
         members[group_of(name)].append(name)
     row_of = {name: f"{group} ({len(names)})" for group, names in members.items() for name in names}
     ranks: dict[str, tuple[bool, int, str]] = {}  # a handful of distinct words among 400,000
     folded: dict[str, dict[str, str]] = {}
+    passing = {row_of[name] for name in quiet}  # the groups with a quiet test: a pass in every cell
     for cell, statuses in words.items():  # one pass over each cell's words, not one per group
-        worst: dict[str, tuple[bool, int, str]] = {}
+        worst: dict[str, tuple[bool, int, str]] = dict.fromkeys(passing, _rank(Status.PASS))
         for name, word in statuses.items():
             row = row_of.get(name)
             if row is None:  # a test that ran nowhere here: not in the grid

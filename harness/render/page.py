@@ -17,8 +17,9 @@ from harness.analysis.answer import Answer
 from harness.analysis.grouping import answer_groups
 from harness.analysis.knowngood import KnownGoodSet
 from harness.analysis.pin import describe_names
+from harness.analysis.quiet import weight
 from harness.analysis.requirement import StatedRequirement, requirements
-from harness.analysis.rows import CellFacts, group_of, is_suite
+from harness.analysis.rows import CellFacts, group_of, names_are_suite
 from harness.analysis.shortsignature import without_location
 from harness.analysis.status import SEVERITY, status_of
 from harness.analysis.support import SupportTable, support_tables
@@ -198,7 +199,7 @@ def _runs(cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]]) -> list[Run]:
         machines[run].add(facts.machine.label())
         times[run] += _first_and_last(rows)
         ids[run].add(str(rows[0]["cell_id"]))
-        outcomes[run] += len(rows)
+        outcomes[run] += sum(map(weight, rows))
     return sorted(
         (
             Run(run, "; ".join(sorted(machines[run] - {""})), min(times[run], default=""), max(times[run], default=""), len(ids[run]), n)
@@ -212,6 +213,7 @@ def _first_and_last(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The earliest and latest start among rows, to the minute: read in C where the starts are all
     of one comparable kind, else one by one."""
     starts = [r.get("started_at") for r in rows]
+    starts += [r["first_started_at"] for r in rows if r.get("first_started_at")]  # a stand-in's earliest (`analysis.quiet`)
     present = [s for s in starts if s]
     if not present:
         return []
@@ -230,19 +232,21 @@ def site_of(found: Answer, source: str) -> Site:
     """What the page shows for the answered rows of one results file (`source` names it)."""
     rows = found.rows
     counted = tally(rows)  # one pass over the rows for every word below
-    suite = is_suite(rows)
+    suite = names_are_suite(found.scenarios)
     group = _file_of if suite else None
-    names, columns, words = heatmap.from_rows(rows, group)
+    names, columns, words = heatmap.from_rows(rows, group, found.quiet)
     edges = heatmap.edges_of(found.to_rows(""), group)
     spec = heatmap.layout(names, columns, words, edges, heatmap.busiest_axis(edges, heatmap.varying(columns)), width=WIDTH)
-    statuses = Counter(str(r["status"]) for r in rows)
+    statuses: Counter[str] = Counter()
+    for row in rows:
+        statuses[str(row["status"])] += weight(row)  # a stand-in row: the passes of every quiet test
     order = [s.value for s in SEVERITY]
     runs = _runs(found.cells)
     return Site(
         source=source,
-        outcomes=len(rows),
+        outcomes=sum(statuses.values()),
         cells=len(columns),
-        scenarios=len({str(r["scenario"]) for r in rows}),
+        scenarios=len(found.scenarios),
         statuses=tuple(sorted(statuses.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)),
         machines=tuple(found.machine_classes),
         first=min((r.first for r in runs if r.first), default=""),
@@ -269,7 +273,7 @@ def _requirement_why(stated: StatedRequirement) -> str:
 
 def read_site(store: Any, source: str = "") -> Site:
     """`site_of` a results file's every outcome (`harness summary`'s read); the dashboard calls it through `common.query`."""
-    return site_of(answer(store), source or Path(str(getattr(store, "path", "results"))).name)
+    return site_of(answer(store, loud=True), source or Path(str(getattr(store, "path", "results"))).name)
 
 
 # -- the page ------------------------------------------------------------------------------------------

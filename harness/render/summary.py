@@ -35,8 +35,10 @@ from harness.analysis.answer import Answer
 from harness.analysis.attribution import Attribution, Flaky, MachineDifference, Transition
 from harness.analysis.grouping import AnswerGroup, answer_groups
 from harness.analysis.knowngood import KnownGoodSet, known_good_sets
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet, weight
 from harness.analysis.rows import GRID_ROWS, axis_sort, group_of, machine_of
 from harness.analysis.shortsignature import without_location
+from harness.analysis.status import Status
 from harness.analysis.versions import version_key
 from harness.render.fit import emit, emit_plain, hang, hang_plain, say, say_all
 from harness.render.grid import STYLE, render_grid, render_wide
@@ -55,9 +57,11 @@ def render(
     wide: bool = False,
     known_good: Sequence[KnownGoodSet] | None = None,
     machines: Sequence[str] | None = None,
+    quiet: Quiet = NO_QUIET,
 ) -> None:
     """The summary of `rows` (a run's, probes of refinement included; the grid shows the matrix's cells),
-    with their answers: `attribution` and `known_good` as `answering.answer` computed them (see `render_answer`)."""
+    with their answers: `attribution` and `known_good` as `answering.answer` computed them (see `render_answer`).
+    quiet: the quiet tests the rows hold as one stand-in (`analysis.quiet`), counted as every one of them."""
     # The passes over every row below are C loops (`map` of an itemgetter) where they can be:
     # a suite's summary reads 400,000 rows a dozen times.
     probed = {cell for cell, group in groupby(rows, CELL_ID) if next(group).get("origin") == "refine"}  # a cell's column: one row each
@@ -67,12 +71,15 @@ def render(
     if machines is None:
         machines = sorted({m.label() for m in {machine_of(r) for r in rows}} - {""})  # labels once per machine
     cells = len(set(map(CELL_ID, grid_rows)))
-    scenarios = len(set(map(SCENARIO, grid_rows)))
+    named = set(map(SCENARIO, grid_rows))
+    scenarios = len(named) + (len(quiet) - 1 if STAND_IN in named else 0)
     head = f"{title}: " if title else ""
     where = f" on {'; '.join(machines)}" if machines else ""
     extra = f" (+{probes} refinement probe cell(s))" if probes else ""
     say(console, f"[bold]{escape(head)}{cells} cell(s) × {scenarios} scenario(s){escape(where)}{extra}[/]")
     totals = Counter(map(STATUS, rows))
+    if quiet:  # a stand-in row is a pass of every quiet test
+        totals[Status.PASS.value] += sum(weight(r) - 1 for r in rows if r["scenario"] == STAND_IN)
     say(console, "  ".join(f"[{STYLE.get(k, 'white')}]{k}: {v}[/]" for k, v in sorted(totals.items())))
     if wide:
         render_wide(grid_rows, console)
@@ -83,13 +90,13 @@ def render(
     if attribution is not None:
         render_answers(rows, attribution, console, counted)
     render_known_good(rows, console, known_good)
-    render_grid(grid_rows, console, counted if grid_rows is rows else None)
+    render_grid(grid_rows, console, counted if grid_rows is rows else None, quiet)
 
 
 def render_answer(found: Answer, console: Console, title: str = "", *, wide: bool = False) -> None:
     """The summary of an answered read (`answering.answer`): its rows, transitions and known-good sets."""
     machines = sorted({facts.machine.label() for facts in found.cells} - {""})  # the rows' cells are read already
-    render(found.rows, console, title, found.attribution, wide=wide, known_good=found.known_good, machines=machines)
+    render(found.rows, console, title, found.attribution, wide=wide, known_good=found.known_good, machines=machines, quiet=found.quiet)
 
 
 def _blamed(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import gc
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.rows import as_tests
-from harness.analysis.status import NOT_COLLECTED
+from harness.analysis.status import NOT_COLLECTED, Status
 from harness.storage import clauses
 from harness.storage.clauses import Filters
 from harness.storage.resultsfile import SqlResultsFile
@@ -48,16 +50,90 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
     shared by its rows: at 20,000 tests x 20 cells, reading them with every outcome took most
     of the time and 2 GB, and every analysis compared them again row by row.
     """
+    return _outcome_rows(store, run_id, quiet_as_one=False)[0]
+
+
+def loud_rows(store: SqlResultsFile) -> tuple[list[dict[str, Any]], Quiet]:
+    """The current state's rows as `outcome_rows` reads them, the quiet tests' (`analysis.quiet`:
+    passed in every repeat of every (run, cell), never flaky) as one stand-in test: one row per
+    (run, cell, repeat), `stands_for` the outcomes each stands for, `first_started_at` the
+    earliest of them (`started_at` the latest). Over a suite whose tests mostly pass, Python
+    reads the tests that say something: 255,000 rows of 2,000,000, not every one."""
+    with store.reading():  # the quiet tests' temporary table lives on one connection
+        return _outcome_rows(store, None, quiet_as_one=True)
+
+
+#: The quiet tests (`analysis.quiet.quiet_of` in SQL): every outcome passed, one outcome in each
+#: (run, cell, repeat) of the current state, and no history marks it flaky across runs.
+_QUIET = """
+    CREATE TEMP TABLE {table} AS
+    WITH o AS (SELECT run_id, cell_id, repeat, status, scenario, {identity} AS test FROM outcomes),
+    every AS (SELECT count(*) AS n FROM (SELECT DISTINCT run_id, cell_id, repeat FROM o))
+    SELECT test, min(scenario) AS node FROM o
+    WHERE test NOT IN (SELECT test FROM {flaky})
+    GROUP BY test
+    HAVING bool_and(status = 'pass') AND count(*) = (SELECT n FROM every)
+       -- one outcome in each (run, cell, repeat); a hash of it, leaner than the triple: two that
+       -- collide count as one, and the test stays loud, which costs time, never an answer
+       AND count(DISTINCT hash(run_id, cell_id, repeat)) = (SELECT n FROM every)
+"""
+
+
+def _quiet(store: SqlResultsFile, table: str) -> Quiet:
+    """The quiet tests, kept in the temporary `table` for the reads that follow."""
+    flaky = "flaky" if store.has_table("flaky") else "(SELECT NULL::VARCHAR AS test WHERE false)"
+    store.fetch(_QUIET.format(table=table, identity=_identity(store), flaky=flaky))
+    found = list(store.fetch_tuples(f"SELECT test, node FROM {table} ORDER BY test"))
+    return Quiet(tuple(t for t, _ in found), tuple(n for _, n in found))
+
+
+def _identity(store: SqlResultsFile, alias: str = "") -> str:
+    """A test's identity across the suite's releases in table `outcomes` (`rows.as_tests`)."""
+    if "test_id" in clauses.columns(store, "outcomes"):
+        return f"COALESCE({alias}test_id, {alias}scenario)"
+    return f"{alias}scenario"
+
+
+def _outcome_rows(store: SqlResultsFile, run_id: str | None, *, quiet_as_one: bool) -> tuple[list[dict[str, Any]], Quiet]:
     columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v") if r["column_name"] != "first_run"]
     own = [c for c in columns if c in _OUTCOME_LEVEL]
     shared = [c for c in columns if c not in _OUTCOME_LEVEL]
     # one run: the file's state as of that run, for the cells it ran (`_RUN_STATE`); all: the current state
-    view, table, params = (f"({_RUN_STATE})", f"({_RUN_STATE})", [run_id] * 4) if run_id else ("outcomes_v", "outcomes", [])
+    view, params = (f"({_RUN_STATE})", [run_id] * 4) if run_id else ("outcomes_v", [])
+    if not quiet_as_one:
+        return _read_rows(store, own, shared, view, params, run_id), NO_QUIET
+    table = f"harness_quiet_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
+    try:
+        quiet = _quiet(store, table)
+        return _read_rows(store, own, shared, view, params, run_id, (table, quiet) if quiet else None), quiet
+    finally:
+        store.fetch(f"DROP TABLE IF EXISTS {table}")
+
+
+def _read_rows(
+    store: SqlResultsFile,
+    own: list[str],
+    shared: list[str],
+    view: str,
+    params: list[Any],
+    run_id: str | None,
+    quiet: tuple[str, Quiet] | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of `view`; with `quiet` (its temporary table, its tests), theirs as the stand-in's."""
     listed = ", ".join(f'"{c}"' for c in own)
-    tuples = store.fetch_tuples(f"SELECT {listed} FROM {view} ORDER BY cell_id, scenario, repeat, run_id", params)
+    sql = f"SELECT {listed} FROM {view}"
+    if quiet:
+        stand_in = ", ".join(_STAND_IN.get(c, f'NULL AS "{c}"') for c in own)
+        identity, table = _identity(store), quiet[0]
+        sql = (
+            f"SELECT {listed} FROM {view} WHERE {identity} NOT IN (SELECT test FROM {table}) UNION ALL "
+            f"SELECT {stand_in} FROM outcomes WHERE {identity} IN (SELECT test FROM {table}) GROUP BY run_id, cell_id, repeat"
+        )
+    tuples = store.fetch_tuples(f"{sql} ORDER BY cell_id, scenario, repeat, run_id", params)
     templates: dict[tuple[Any, Any], dict[str, Any]] = {}
     if shared:
         # one outcome per cell, picked from the table first: the view's JSON reads then run 20 times, not 400,000
+        table = view if run_id else "outcomes"
         picked = f"SELECT run_id, cell_id, min(scenario) AS scenario FROM {table} GROUP BY ALL"
         on = "v.run_id = one.run_id AND v.cell_id = one.cell_id AND v.scenario = one.scenario"
         shared_v = ", ".join(f'v."{c}"' for c in shared)
@@ -65,7 +141,32 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
         for cell in store.fetch(sql, params * 2 if run_id else params):
             key = (cell.pop("_run"), cell.pop("_cell"))
             templates[key] = {**dict.fromkeys(own), **cell}  # the outcome's columns first, as the view lists them
-    return mark_flaky(store, _rows_from(tuples, own, templates))
+    rows = mark_flaky(store, _rows_from(tuples, own, templates))
+    if quiet:
+        _stand_ins(store, rows, *quiet)
+    return rows
+
+
+#: The stand-in's own columns (`loud_rows`), one row per (run, cell, repeat) of the quiet tests' outcomes.
+_STAND_IN = {
+    "run_id": "run_id",
+    "cell_id": "cell_id",
+    "scenario": f"'{STAND_IN}' AS scenario",
+    "repeat": "repeat",
+    "status": f"'{Status.PASS.value}' AS status",
+    "seconds": "sum(seconds) AS seconds",
+    "started_at": "max(started_at) AS started_at",
+}
+
+
+def _stand_ins(store: SqlResultsFile, rows: list[dict[str, Any]], table: str, quiet: Quiet) -> None:
+    """The stand-in rows' `stands_for` and `first_started_at` (the earliest quiet outcome of their (run, cell, repeat))."""
+    sql = f"SELECT run_id, cell_id, repeat, min(started_at) FROM outcomes o JOIN {table} q ON {_identity(store, 'o.')} = q.test"
+    first = {(r, c, k): at for r, c, k, at in store.fetch_tuples(sql + " GROUP BY ALL")}
+    for row in rows:
+        if row["scenario"] == STAND_IN:
+            row["stands_for"] = len(quiet)
+            row["first_started_at"] = first.get((row["run_id"], row["cell_id"], row["repeat"]))
 
 
 def flaky_across_runs(store: SqlResultsFile) -> dict[tuple[str, str, str], tuple[str, str]]:
@@ -205,16 +306,64 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
     """Outcome rows of `scenarios` shaped for `analysis.pin.choose`, slimmed for speed: `installed`
     and `inherited` hold only the cell's axes (`cell_records` has the full freeze), `message`
     only its first line; with the machine columns the pin compares within."""
+    with store.reading():  # the temporary table of the tests asked for lives on one connection
+        return _pin_rows(store, scenarios, filters, quiet_as_one=False)[0]
+
+
+def loud_pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters | None = None) -> tuple[list[dict[str, Any]], Quiet]:
+    """`pin_rows`, the quiet tests among `scenarios` (`analysis.quiet`) as one stand-in: a pin over a
+    suite's every test reads the few that say something (`analysis.pin.choose` takes the `Quiet`)."""
+    with store.reading():  # the temporary tables live on one connection
+        return _pin_rows(store, scenarios, filters, quiet_as_one=True)
+
+
+def _pin_rows(
+    store: SqlResultsFile, scenarios: Sequence[str], filters: Filters | None, *, quiet_as_one: bool
+) -> tuple[list[dict[str, Any]], Quiet]:
     if not scenarios:
-        return []
+        return [], NO_QUIET
     where, params = clauses.where({k: v for k, v in (filters or {}).items() if k != "scenario"})
-    marks = ", ".join("?" for _ in scenarios)
-    where += (" AND " if where else " WHERE ") + f"{clauses.identity_column(store)} IN ({marks})"  # a test across releases: its identity
-    params += list(scenarios)
+    identity = clauses.identity_column(store)
+    chosen = f"harness_chosen_{uuid.uuid4().hex[:12]}"  # the tests asked for: thousands, a table rather than as many `?`
+    quiet_table = f"harness_quiet_{uuid.uuid4().hex[:12]}"
+    store.fetch(f"CREATE TEMP TABLE {chosen} AS SELECT DISTINCT unnest(?::VARCHAR[]) AS test", [list(scenarios)])
+    try:
+        quiet = NO_QUIET
+        if quiet_as_one:
+            found = _quiet(store, quiet_table)
+            asked = set(scenarios)
+            mine = [(t, n) for t, n in zip(found.tests, found.nodes) if t in asked]
+            quiet = Quiet(tuple(t for t, _ in mine), tuple(n for _, n in mine))
+        loud = f"{identity} IN (SELECT test FROM {chosen})" + (f" AND {identity} NOT IN (SELECT test FROM {quiet_table})" if quiet else "")
+        rows = _pin_select(store, (where + " AND " if where else " WHERE ") + loud, params)
+        if quiet:  # one row per (run, cell, repeat), as the quiet tests' rows would be each
+            held = f"{identity} IN (SELECT test FROM {chosen}) AND {identity} IN (SELECT test FROM {quiet_table})"
+            stand_ins = _pin_select(store, (where + " AND " if where else " WHERE ") + held, params, stand_in=True)
+            for row in stand_ins:
+                row["stands_for"] = len(quiet)
+            rows = sorted([*rows, *stand_ins], key=lambda r: (r["cell_id"], r["scenario"], r["run_id"], r["repeat"]))
+        return mark_flaky(store, rows), quiet
+    finally:
+        store.fetch(f"DROP TABLE IF EXISTS {chosen}")
+        store.fetch(f"DROP TABLE IF EXISTS {quiet_table}")
+
+
+def _pin_select(store: SqlResultsFile, where: str, params: list[Any], *, stand_in: bool = False) -> list[dict[str, Any]]:
+    """`pin_rows`' select; `stand_in`: one row per (run, cell, repeat) of the rows `where` admits, as the stand-in's."""
     # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
     cuda, version = (clauses.column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host_python = clauses.column_or_null(store, "outcomes_v", "host_python")
-    rows = store.fetch(
+    outcome = (
+        f"SELECT run_id, cell_id, '{STAND_IN}' AS scenario, '{STAND_IN}' AS node_id, repeat, '{Status.PASS.value}' AS status, "
+        f"NULL AS signature, NULL AS message, any_value(gpu) AS gpu, any_value(platform) AS platform, "
+        f"{'any_value(host_python) AS host_python' if host_python == 'host_python' else host_python}, "
+        f"max(started_at) AS started_at, min(started_at) AS first_started_at "
+        f"FROM outcomes_v{where} GROUP BY run_id, cell_id, repeat"
+        if stand_in
+        else f"SELECT run_id, cell_id, {clauses.identity_column(store)} AS scenario, scenario AS node_id, repeat, status, signature, "
+        f"split_part(message, chr(10), 1) AS message, gpu, platform, {host_python}, started_at FROM outcomes_v{where}"
+    )
+    return store.fetch(
         f"""
         WITH c AS (
             SELECT run_id, cell_id, python, versions, {cuda}, {version},
@@ -224,18 +373,13 @@ def pin_rows(store: SqlResultsFile, scenarios: Sequence[str], filters: Filters |
                     WHERE inherited->>k IS NOT NULL) AS inherited
             FROM cells
         ),
-        o AS (
-            SELECT run_id, cell_id, {clauses.identity_column(store)} AS scenario, scenario AS node_id, repeat, status, signature,
-                   split_part(message, chr(10), 1) AS message, gpu, platform, {host_python}, started_at
-            FROM outcomes_v{where}
-        )
+        o AS ({outcome})
         SELECT o.*, c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version
         FROM o LEFT JOIN c USING (run_id, cell_id)
         ORDER BY o.cell_id, o.scenario, o.run_id, o.repeat
         """,
         params,
     )
-    return mark_flaky(store, rows)
 
 
 def durations(store: SqlResultsFile, exclude_run: str = "", *, suites: bool = True) -> dict[str, dict[str, float]]:
@@ -270,9 +414,9 @@ def known_releases(store: SqlResultsFile) -> dict[str, list[str]]:
 
 def overview(store: SqlResultsFile) -> dict[str, Any]:
     """What the file holds, for the 'which data is this' line: counts, time span, hosts."""
-    row = store.fetch(
-        "SELECT count(*) AS outcomes, count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios FROM outcomes"
-    )[0]
+    row = store.fetch("SELECT count(*) AS outcomes, count(DISTINCT cell_id) AS cells, count(DISTINCT scenario) AS scenarios FROM outcomes")[
+        0
+    ]
     # the runs are every stored run (the history's too), not the runs the current rows came
     # from: a file of five identical nights held "1 run(s)" before
     stored = store.fetch("SELECT count(*) AS runs, min(started_at) AS first, max(started_at) AS last FROM runs")[0]

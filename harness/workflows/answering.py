@@ -16,13 +16,15 @@ answers `harness attribute` stored while they are current, else computed fresh a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from harness.analysis.answer import Answer, Row, answer_rows
 from harness.analysis.attribution import release_axes
+from harness.analysis.quiet import NO_QUIET
 from harness.inputs.candidates import IndexUnreachable, PackageIndex, install_tags, listed_releases, python_version_of
 from harness.inputs.matrix import Settings
 from harness.storage.resultsfile import ResultsFile, SqlResultsFile
@@ -31,12 +33,31 @@ __all__ = ["Answer", "FailureAnswers", "answer", "failure_answers", "index_relea
 
 
 def answer(
-    results: ResultsFile, run_id: str | None = None, *, where: Callable[[list[dict[str, Any]]], Iterable[Row]] | None = None
+    results: ResultsFile,
+    run_id: str | None = None,
+    *,
+    where: Callable[[list[dict[str, Any]]], Iterable[Row]] | None = None,
+    loud: bool = False,
 ) -> Answer:
     """The answers of an open results file (`store.Store` or `shardfile.ShardStore`): of one run's
-    outcomes, or of every run's; `where` keeps a part of the rows (one machine's) before answering."""
-    rows = results.outcome_rows(run_id)
-    return answer_rows(where(rows) if where is not None else rows, results.known_releases())
+    outcomes, or of every run's; `where` keeps a part of the rows (one machine's) before answering.
+
+    loud: read the loud tests' rows and the quiet ones as one stand-in (`queries.loud_rows`), for
+    a face that prints answers and counts, never each passing test's rows: the summary, attribute,
+    pin, report, publish, watch. HARNESS_EVERY_ROW=1 reads every row anyway (the same answers,
+    slower: what `tests/unit/test_quiet.py` holds each face to)."""
+    quiet = NO_QUIET
+    if loud and run_id is None and hasattr(results, "fetch") and not os.environ.get(EVERY_ROW):
+        from harness.storage import queries  # DuckDB: only where a results file is read (a shard has no SQL, and few rows)
+
+        rows, quiet = queries.loud_rows(cast(SqlResultsFile, results))
+    else:
+        rows = results.outcome_rows(run_id)
+    return answer_rows(where(rows) if where is not None else rows, results.known_releases(), quiet)
+
+
+#: Set to read every row where a face would read the loud ones (`answer`'s `loud`).
+EVERY_ROW = "HARNESS_EVERY_ROW"
 
 
 def index_releases(
@@ -100,5 +121,5 @@ def failure_answers(store: SqlResultsFile) -> FailureAnswers:
 
     if attributed.answers_current(store):
         return FailureAnswers(attributed.transition_answer_groups(store, ""), attributed.transitions(store, ""), stored=True)
-    found = answer(store)
+    found = answer(store, loud=True)
     return FailureAnswers(found.summary_rows(), found.to_rows(""), stored=False)

@@ -39,12 +39,12 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
     index (stored under run '' for later readers). An axis that has neither is `unlisted`.
     """
     with Store(db) as store:  # read-write: the answers are stored next to the outcomes
-        found = answer(store, run_id or None)
+        found = answer(store, run_id or None, loud=not scenarios)  # a few scenarios named: every row of theirs
         if not found.rows:
             hint = f" for run {run_id!r}; see `harness summary --db {db}`" if run_id else ""
             raise BadInput(f"no outcomes in {str(db)!r}{hint}")
         if scenarios:
-            stored = sorted({r["scenario"] for r in found.rows})
+            stored = sorted(found.scenarios)
             unknown = [s for s in scenarios if s not in stored]
             if unknown:
                 raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {str(db)!r}; stored: {', '.join(stored)}")

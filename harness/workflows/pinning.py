@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from harness.analysis import export
 from harness.analysis.export import Sources
 from harness.analysis.machines import ANY_MACHINE, find_machine, machine_classes, newest_machine
 from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, admitted_cells, choose, with_evidence
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
 from harness.analysis.selection import marker_matches, select_tests
@@ -46,14 +47,14 @@ def _quoted(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _QUOTED} more" if len(names) > _QUOTED else "")
 
 
-def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str], rows: Sequence[Mapping[str, Any]], db: str) -> list[str]:
-    """The node ids whose stored markers `-m` selects (within the --test selection, when given)."""
+def _marked(markers: dict[str, set[str]], expression: str, tests: Sequence[str], stored: Iterable[str], db: str) -> list[str]:
+    """The node ids whose stored markers `-m` selects (within the --test selection, when given); `stored`: every test's name."""
     if not markers:
         raise BadInput(f"-m {expression!r}: {db!r} stores no markers; {MARKERS_NOT_STORED}")
     try:
         chosen = [node for node, names in sorted(markers.items()) if marker_matches(expression, names)]
         # tests with no marker at all were stored without any: `-m "not slow"` selects them too
-        unmarked = sorted({str(r["scenario"]) for r in rows if "::" in str(r["scenario"])} - set(markers))
+        unmarked = sorted({name for name in stored if "::" in name} - set(markers))
         chosen += [node for node in unmarked if marker_matches(expression, set())]
     except ValueError as err:
         raise BadInput(str(err)) from None
@@ -95,14 +96,16 @@ def chosen_scenarios(
     tests: Sequence[str],
     machine: str,
     cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]] | None = None,
+    quiet: Quiet = NO_QUIET,
 ) -> tuple[list[str], list[str]]:
     """(what must pass, the selected tests left out because they never ran on `machine`).
 
     A named scenario that is not applicable on the machine is bad input (it names the machines
     where it runs); a selection of tests keeps the ones that passed or failed there, so tests
-    skipped on this machine are not counted against it.
+    skipped on this machine are not counted against it. quiet: the tests the rows hold as one
+    stand-in (`analysis.quiet`): passed on every machine.
     """
-    stored = sorted({str(r["scenario"]) for r in rows})
+    stored = sorted({str(r["scenario"]) for r in rows} - {STAND_IN} | set(quiet.tests))
     if not scenarios and not tests:
         groups = sorted({group_of(s) for s in stored})
         raise BadInput(
@@ -122,13 +125,13 @@ def chosen_scenarios(
     by_cells = cells if cells is not None else by_cell(rows)
     here = [r for facts, group in by_cells.items() if not machine or facts.machine_class == machine for r in group]
     where = f"machine {machine}" if machine else "any machine"
-    ran = {str(r["scenario"]) for r in here if r["status"] != Status.NOT_APPLICABLE}
+    ran = {str(r["scenario"]) for r in here if r["status"] != Status.NOT_APPLICABLE} | set(quiet.tests)
     idle = [s for s in scenarios if s not in ran]
     if idle:
         elsewhere = machine_classes(r for r in rows if r["scenario"] in idle and r["status"] != Status.NOT_APPLICABLE)
         runs_on = f"it runs on {', '.join(elsewhere)}: pass --machine with one of them" if elsewhere else "it is not applicable anywhere"
         raise BadInput(f"scenario(s) {', '.join(map(repr, idle))} not applicable on {where} in {db!r}; {runs_on}")
-    evidence = with_evidence(here)
+    evidence = with_evidence(here) | set(quiet.tests)
     kept = [s for s in selected if s in evidence]
     left_out = [s for s in selected if s not in evidence and s not in scenarios]
     if selected and not kept:
@@ -221,10 +224,10 @@ def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constrai
     for axis, spec in constraints.fixed:
         if spec.startswith("=="):
             pushed[axis] = [spec.removeprefix("==")]
-    rows = queries.pin_rows(store, list(scenarios), pushed)
+    rows, quiet = queries.loud_pin_rows(store, list(scenarios), pushed)
     if constraints.machine:
         with_machines(rows, recorded.runs(store))
-    result = choose(rows, scenarios, constraints, ranking)
+    result = choose(rows, scenarios, constraints, ranking, quiet=quiet)
     return with_full_freeze(result, recorded.cell_records(store, result.cell_ids[0]) if result.found else [])
 
 
@@ -292,17 +295,18 @@ def pin_file(
     """
     constraints = Constraints.parse(fixes, gpu, platform)
     with Store(db, read_only=True) as store:
-        found = answer(store)
+        found = answer(store, loud=True)
         runs = recorded.runs(store)
         markers = queries.test_markers(store) if marker else {}
     rows = found.rows
     selection = (*tests, *((f"-m {marker!r}",) if marker else ()))  # as the user typed it, not the node ids it expands to
     if marker:
-        tests = _marked(markers, marker, tests, rows, str(db))  # node ids: within --test's selection, when given
+        tests = _marked(markers, marker, tests, found.scenarios, str(db))  # node ids: within --test's selection, when given
     ranking = check_request(rows, str(db), scenarios, constraints, rank, found.cells)
     constraints = replace(constraints, machine=resolve_machine(rows, str(db), machine, constraints, found.machine_classes, found.cells))
-    wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine, found.cells)
-    result = replace(choose(rows, wanted, constraints, ranking, found.cells), selection=selection, left_out=tuple(left_out))
+    wanted, left_out = chosen_scenarios(rows, str(db), scenarios, tests, constraints.machine, found.cells, found.quiet)
+    chosen = choose(rows, wanted, constraints, ranking, found.cells, found.quiet)
+    result = replace(chosen, selection=selection, left_out=tuple(left_out))
     if not result.found:
         return result, None, Sources()
     sources = sources_of(result, runs)
@@ -313,12 +317,13 @@ def stated_constraints(db: Path, scenarios: Sequence[str] = (), tests: Sequence[
     """`harness pin --constraints`: the requirements the file states on one machine class (`--machine`, else the
     newest run's), of the chosen scenarios or tests (all when none is named), as pip constraints."""
     with Store(db, read_only=True) as store:
-        found = answer(store)
+        found = answer(store, loud=True)
     rows = found.rows
     if not rows:
         raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
     chosen = resolve_machine(rows, str(db), machine, Constraints(), found.machine_classes, found.cells)
-    wanted = set(chosen_scenarios(rows, str(db), scenarios, tests, chosen, found.cells)[0]) if scenarios or tests else set()
+    picked = chosen_scenarios(rows, str(db), scenarios, tests, chosen, found.cells, found.quiet)[0] if scenarios or tests else []
+    wanted = set(picked)
     # A requirement names the machine it holds on by its label (`cpu · linux-x86_64 · Python 3.11`): its cells say the class.
     classes: dict[str, set[str]] = {}
     for facts in found.cells:

@@ -206,7 +206,8 @@ def report(db: Path, signature: str = "", cell: str = "", *, test: str = "", rep
     name = str(db)
     with Store(db, read_only=True) as store:
         runs = recorded.runs(store)
-        read = _Read(db, answer(store), runs, store, machine_roots(runs, db))
+        # a cell's report contrasts every test of the cell with its neighbours': their every row
+        read = _Read(db, answer(store, loud=not cell), runs, store, machine_roots(runs, db))
         if signature or test:
             failing = [r for r in read.found.rows if r["status"] in FAILURES]
             lead, chosen = _test_signature(failing, test, signature, name) if test else ("", find_signature(failing, signature, name))
@@ -427,7 +428,7 @@ def report_all(db: Path, out: Path, *, repro: bool = False) -> Written:
     `--repro` its scripts beside it, and `index.md`: each failure, where to file it, its answers."""
     with Store(db, read_only=True) as store:
         runs = recorded.runs(store)
-        read = _Read(db, answer(store), runs, store, machine_roots(runs, db))
+        read = _Read(db, answer(store, loud=True), runs, store, machine_roots(runs, db))
         failing = [r for r in read.found.rows if r["status"] in FAILURES]
         if not failing:
             raise BadInput(f"no failing outcome in {str(db)!r}: nothing to report")

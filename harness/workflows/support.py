@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.analysis.answer import Answer
 from harness.analysis.attribution import Transition
-from harness.analysis.rows import group_of, is_suite
+from harness.analysis.rows import group_of, names_are_suite
 from harness.analysis.support import SupportTable, support_tables, tables_from_json, tables_to_json
 from harness.workflows.answering import answer
 
@@ -73,11 +73,11 @@ def _support_now(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     stored, while current: attributing 100,000 outcomes again takes ~10 s."""
     from harness.storage import attributed
 
-    found = answer(store)
+    found = answer(store, loud=True)
     stored = [Transition.from_dict(r) for r in attributed.transitions(store, "")] if attributed.answers_current(store) else None
     return _support_from(found, stored)
 
 
 def _support_from(found: Answer, marked: Sequence[Transition] | None) -> tuple[tuple[SupportTable, ...], str]:
-    suite = is_suite(found.rows)
+    suite = names_are_suite(found.scenarios)
     return tuple(support_tables(found, group_of if suite else None, marked)), "test group" if suite else "scenario"
