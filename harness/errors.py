@@ -37,6 +37,10 @@ class StoreError(BadInput):
     """The results database path is unusable (not writable, not a DuckDB file)."""
 
 
+class MemoryLimit(StoreError):
+    """DuckDB needed more memory than the harness lets it have (`HARNESS_DUCKDB_MEMORY`) and could not spill."""
+
+
 class RunFailed(HarnessError):
     """The harness itself could not complete (not a scenario failing: that is an outcome)."""
 

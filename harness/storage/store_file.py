@@ -12,13 +12,16 @@ import errno
 import fcntl
 import os
 import re
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 
-from harness.errors import StoreError, StoreLocked
+from harness.errors import MemoryLimit, StoreError, StoreLocked
 from harness.storage.journal import disk_error
 from harness.storage.store_schema import migrate
 
@@ -77,6 +80,44 @@ def path_lock(path: str) -> threading.RLock:
     key = os.path.realpath(path)
     with _PATH_LOCKS_GUARD:
         return _PATH_LOCKS.setdefault(key, threading.RLock())
+
+
+#: DuckDB's memory limit for the harness's connections (`HARNESS_DUCKDB_MEMORY`, DuckDB's own
+#: words: 512MB, 2GB): past it, sorts, joins and aggregates spill to the temporary folder rather
+#: than grow, so a reader of 2,000,000 outcomes stays within a CI runner's share.
+MEMORY_ENV = "HARNESS_DUCKDB_MEMORY"
+DEFAULT_MEMORY = "512MB"
+
+
+@contextmanager
+def within_memory(path: str) -> Iterator[None]:
+    """DuckDB's out-of-memory error as the one line that names the limit and the fix."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        limit = os.environ.get(MEMORY_ENV) or DEFAULT_MEMORY
+        raise MemoryLimit(
+            f"reading {path!r} needed more than DuckDB's memory limit {MEMORY_ENV}={limit} ({str(exc).splitlines()[0]}); "
+            f"set {MEMORY_ENV} higher, e.g. {MEMORY_ENV}=2GB"
+        ) from None
+
+
+def within_limits(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """`con` with DuckDB's memory limit and a folder to spill to past it: set, not passed to
+    `connect`, as DuckDB refuses a second connection to a file with another configuration (a
+    script of the user's, a test, in the same process). The folder is this process's: two
+    processes spilling into one would share DuckDB's file names."""
+    spill = Path(tempfile.gettempdir()) / f"compat-harness-duckdb-{os.getpid()}"
+    con.execute(f"SET memory_limit = '{_limit()}'")
+    con.execute("SET temp_directory = ?", [str(spill)])
+    return con
+
+
+def _limit() -> str:
+    limit = os.environ.get(MEMORY_ENV) or DEFAULT_MEMORY
+    if not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit.strip(), re.IGNORECASE):
+        raise StoreError(f"{MEMORY_ENV}={limit!r} is not an amount of memory DuckDB reads; give one like 512MB or 2GB")
+    return limit.strip()
 
 
 class DbFile:
@@ -147,7 +188,7 @@ class DbFile:
         delay = 0.005
         while True:
             try:
-                return duckdb.connect(self.path, read_only=read_only)
+                return within_limits(duckdb.connect(self.path, read_only=read_only))
             except duckdb.Error as exc:
                 if not is_lock_error(exc):
                     raise store_error(self.path, exc) from exc

@@ -284,3 +284,41 @@ def test_a_quiet_stand_in_expands_in_the_order_of_the_names() -> None:
     assert quiet.expand(["z", "a", STAND_IN]) == ("z", "a", "t.py::b", "t.py::d")  # not sorted: the stand-in's tests last
     assert quiet.expand(["t.py::a"]) == ("t.py::a",)
 
+
+# -- DuckDB's memory limit --------------------------------------------------------------------------
+def test_a_summary_of_a_file_larger_than_the_memory_limit_completes(tmp_path: Path) -> None:
+    """400,000 outcomes, a 70 MB file, read under a 64 MB limit: DuckDB spills rather than fails."""
+    db = tmp_path / "big.duckdb"
+    made = [sys.executable, str(REPO / "benchmarks" / "make_large_store.py"), "--tests", "20000", "--cells", "20", "--out", str(db)]
+    subprocess.run(made, check=True, capture_output=True)
+    assert db.stat().st_size > 64 * 2**20
+    said = [
+        subprocess.run(
+            [sys.executable, "-m", "harness", "summary", "--db", str(db)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "HARNESS_DUCKDB_MEMORY": limit},
+        )
+        for limit in ("64MB", "4GB")
+    ]
+    assert said[0].returncode == 0, said[0].stderr
+    assert said[0].stdout == said[1].stdout and "20 cell(s) × 20000" in said[0].stdout
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [
+        ("lots", "HARNESS_DUCKDB_MEMORY='lots' is not an amount of memory DuckDB reads; give one like 512MB or 2GB"),
+        ("1MB", "needed more than DuckDB's memory limit HARNESS_DUCKDB_MEMORY=1MB"),
+    ],
+)
+def test_a_memory_limit_that_cannot_work_is_one_line_naming_it(suite: Path, limit: str, said: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "summary", "--db", str(suite)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "HARNESS_DUCKDB_MEMORY": limit},
+    )
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
