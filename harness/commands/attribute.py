@@ -25,7 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     flags.add_db(p)
     p.add_argument("--run-id", default="", help="only this run's outcomes (default: every run in the file)")
     p.add_argument("--scenario", action="append", default=[], help="only this scenario (repeatable)")
-    p.add_argument("--json", action="store_true", help="print one JSON object per transition and flaky cell instead of the tables")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per transition and flaky cell instead of the tables (a suite's are grouped per test file in the text)",
+    )
     p.add_argument(
         "--offline",
         action="store_true",

@@ -4,6 +4,7 @@ under its start (`hang`), printed without rich's own wrapping (`emit`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -65,7 +66,8 @@ def _hang_spans(plain: str, width: int, lead: int, room_after: int) -> list[tupl
     """(start, end) of each piece of `plain` that `_hang_line` prints: the first within `width`,
     the others within `room_after`; each broken at the last space that fits (mid-word where none
     does), the spaces at a break dropped."""
-    narrow = plain.isascii() or all(cell_len(c) == 1 for c in set(plain))  # one cell per character: no width to add up
+    # one cell per character: no width to add up (the ASCII ones are; the few others, asked once each)
+    narrow = plain.isascii() or all(map(_one_cell, set(plain).difference(_ASCII)))
     spans: list[tuple[int, int]] = []
     start, floor, room = 0, lead, width  # the first line keeps its own indent: no break inside it
     while start < len(plain):
@@ -81,6 +83,14 @@ def _hang_spans(plain: str, width: int, lead: int, room_after: int) -> list[tupl
             start += 1
         floor, room = start, room_after
     return spans
+
+
+_ASCII = frozenset(map(chr, range(128)))
+
+
+@lru_cache(maxsize=4096)
+def _one_cell(char: str) -> bool:
+    return cell_len(char) == 1
 
 
 def _fits(plain: str, start: int, room: int) -> int:

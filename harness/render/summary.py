@@ -40,7 +40,7 @@ from harness.analysis.rows import GRID_ROWS, axis_sort, group_of, machine_of
 from harness.analysis.shortsignature import without_location
 from harness.analysis.status import Status
 from harness.analysis.versions import version_key
-from harness.render.fit import emit, emit_plain, hang, hang_plain, say, say_all
+from harness.render.fit import emit_plain, hang_plain, say, say_all
 from harness.render.grid import STYLE, render_grid, render_wide
 from harness.render.tally import CELL_ID, SCENARIO, STATUS, Tally, grouped, tally
 
@@ -217,30 +217,6 @@ def _render_one_known_good(known: KnownGoodSet, console: Console) -> None:
         say(console, f"    no tested set also passes: {escape(named)}")
 
 
-def _transition_lines(groups: Mapping[tuple[str, str], Sequence[Transition]], console: Console) -> None:
-    """Each (scenario, signature) as a line, then each of its transitions as a line under it.
-
-    A table per group laid out by rich took 8 s for 1,585 groups (a 20,000-test suite); these
-    lines fit the width as every line of the summary does (`hang`). Names are printed as they
-    are (no emoji codes read in them). Where no colour shows, the lines are made as plain text:
-    reading 30,000 lines of markup took a second.
-    """
-    plain = console.color_system is None
-    lines = []
-    for (scenario, signature), items in groups.items():
-        lines.append(f"{scenario}: {signature}" if plain else f"[bold]{escape(scenario)}[/]: {escape(signature)}")
-        for t in items:
-            colour = "red" if t.kind == "introduced" else "green"
-            headline, conditions = t.headline(), t.conditions()
-            lines.append(f"  {headline} — {conditions}" if plain else f"  [{colour}]{escape(headline)}[/] — {escape(conditions)}")
-    width = console.width  # asked once: rich measures the terminal each time
-    if plain:
-        emit_plain(console, [piece for line in lines for piece in hang_plain(line, width)])
-        return
-    # each line on its own, unhighlighted: one 13,695-line text through the highlighter took 5 s
-    emit(console, [part for line in lines for part in hang(console.render_str(line, highlight=False, emoji=False), width)])
-
-
 def render_transitions(
     transitions: Sequence[Transition], console: Console, flaky: Sequence[Flaky] = (), machines: Sequence[MachineDifference] = ()
 ) -> None:
@@ -248,11 +224,15 @@ def render_transitions(
     groups: dict[tuple[str, str], list[Transition]] = defaultdict(list)
     for t in transitions:
         groups[(t.scenario, t.signature)].append(t)
+    if len(groups) > GRID_ROWS:
+        # a suite's thousands (78,000 at 100,000 tests): the summary's answers, per test file and
+        # failure, with how many lines and tests give each; every transition is in the file's
+        # table and in --json (a line each took longer to print than to attribute)
+        render_answers([], Attribution(tuple(transitions), tuple(flaky), tuple(machines)), console, Tally({}, defaultdict(set), set(), {}))
+        say(console, f"{len(transitions)} transition(s) of {len(groups)} test(s) and failure(s), grouped: each one with --json")
+        return
     if groups:
         say(console, "[bold]transitions[/]")
-    if len(groups) > GRID_ROWS:  # a suite's thousands: a line each, as the summary's answers are
-        _transition_lines(groups, console)
-        groups = {}
     for (scenario, signature), items in groups.items():
         say(console, f"[bold]{escape(scenario)}[/]: {escape(signature)}")
         table = Table()

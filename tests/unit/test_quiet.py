@@ -298,7 +298,7 @@ def test_a_summary_of_a_file_larger_than_the_memory_limit_completes(tmp_path: Pa
             capture_output=True,
             text=True,
             cwd=REPO,
-            env={**os.environ, "HARNESS_DUCKDB_MEMORY": limit},
+            env={**os.environ, "HARNESS_DUCKDB_MEMORY": limit, "COLUMNS": "400"},  # the header on one line, whatever the path
         )
         for limit in ("64MB", "4GB")
     ]
