@@ -156,7 +156,8 @@ class Changes:
         cells = len(self.new_cells)
         if cells:
             parts.append(f"{cells} new cell{'s' if cells != 1 else ''}")
-        new_tests = self.tests("new") - len({(c.machine, c.test) for c in self.of("new") if (c.machine, c.cell_id) in set(self.new_cells)})
+        fresh = set(self.new_cells)  # once, not per change: a new cell of a suite brings 20,000
+        new_tests = self.tests("new") - len({(c.machine, c.test) for c in self.of("new") if (c.machine, c.cell_id) in fresh})
         if new_tests > 0:
             parts.append(f"{new_tests:,} new test{'s' if new_tests != 1 else ''}")
         return ", ".join(parts)
@@ -396,8 +397,9 @@ def groups(changes: Changes) -> list[Group]:
     a suite's 400 tests that broke in one file with one signature are one line, and a file that
     stopped collecting comes first."""
     found: dict[tuple[str, str, str, str], Group] = {}
+    fresh = set(changes.new_cells)
     for c in changes.items:
-        if c.kind == "new" and (c.machine, c.cell_id) in set(changes.new_cells):
+        if c.kind == "new" and (c.machine, c.cell_id) in fresh:
             continue  # a new cell is one line of its own
         key = (c.kind, c.machine, c.signature, group_of(c.node))
         group = found.setdefault(key, Group(c.kind, c.machine, c.signature, group_of(c.node)))

@@ -235,7 +235,7 @@ def site_of(found: Answer, source: str) -> Site:
     suite = names_are_suite(found.scenarios)
     group = _file_of if suite else None
     names, columns, words = heatmap.from_rows(rows, group, found.quiet)
-    edges = heatmap.edges_of(found.to_rows(""), group)
+    edges = heatmap.edges_from(found.transitions, group)
     spec = heatmap.layout(names, columns, words, edges, heatmap.busiest_axis(edges, heatmap.varying(columns)), width=WIDTH)
     statuses: Counter[str] = Counter()
     for row in rows:

@@ -39,7 +39,8 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
     index (stored under run '' for later readers). An axis that has neither is `unlisted`.
     """
     with Store(db) as store:  # read-write: the answers are stored next to the outcomes
-        found = answer(store, run_id or None, loud=not scenarios)  # a few scenarios named: every row of theirs
+        with store.reading():  # one view of the file for the reads (a writer's store opens one per read otherwise)
+            found = answer(store, run_id or None, loud=not scenarios)  # a few scenarios named: every row of theirs
         if not found.rows:
             hint = f" for run {run_id!r}; see `harness summary --db {db}`" if run_id else ""
             raise BadInput(f"no outcomes in {str(db)!r}{hint}")

@@ -174,8 +174,9 @@ def tests_of(report: Report, machine: str, kind: Kind) -> int:
 def new_cells(report: Report, machine: str) -> list[str]:
     """Each new cell of a machine with how its tests came out: `torch…-tf5.26.0… (19,500 pass, 300 fail)`."""
     tally: dict[str, Counter[str]] = defaultdict(Counter)
+    fresh = set(report.changes.new_cells)
     for c in report.changes.of("new"):
-        if machine_label(c.machine) == machine and (c.machine, c.cell_id) in set(report.changes.new_cells):
+        if machine_label(c.machine) == machine and (c.machine, c.cell_id) in fresh:
             tally[c.cell_id][c.after or "—"] += 1
     return [f"{cell} ({', '.join(f'{n:,} {s}' for s, n in sorted(counts.items()))})" for cell, counts in sorted(tally.items())]
 
