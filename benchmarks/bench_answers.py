@@ -4,6 +4,7 @@ or over a team's history of nightly runs in one file.
     .venv/bin/python benchmarks/bench_answers.py --before 01440fa [--sizes 5000 10000 20000] [--repeats 3] [--cap 120]
     .venv/bin/python benchmarks/bench_answers.py --before b4e5ab2 --sizes 20000 --runs 1 10 30 [--drift 0.01]
     .venv/bin/python benchmarks/bench_answers.py --before d834208 --sizes 20000 --runs 2 10 --broken-file 500
+    .venv/bin/python benchmarks/bench_answers.py --before d834208 --sizes 20000 100000 --only summary attribute ...
 
 With --runs, each number of nights N gets three files from make_large_store (same seed, same
 nights; with --broken-file, a file of that many tests fails to import on the newest night): the
@@ -13,15 +14,17 @@ in `outcomes` as the --before harness kept them; each command is timed over each
 For each size, `make_large_store.py --tests N --cells 20` writes a results file (kept in
 --stores, reused when there), and each command runs as a whole process, side by side with the
 harness of the --before commit (exported from git into a temporary folder, run with the same
-interpreter): `harness summary`, `harness attribute` (on a fresh copy: it stores its
+interpreter): `harness summary`, `harness attribute --offline` (on a fresh copy: it stores its
 transitions), `harness pin` by one node id, by a file and by `-m 'not slow'`, `harness report`
-of a signature, and watch's decision (`--decide`: the known-good set, one target moved to a newer
+of a signature, `harness publish`, and watch's decision (`--decide`: the known-good set, one target moved to a newer
 release, and `analysis.watch.verdict` over every outcome and the attribution, as `harness watch`
 decides after it built its cells; no index is asked). Medians of --repeats runs; a run past
 --cap seconds is stopped and counts as more than the cap, and a side that passed the cap once is
 not run again at that size. Wall seconds and CPU seconds (user + system of the process and its
-children; steadier than the wall on a loaded machine) are printed, with after/before ratios and
-each command's growth from the smallest size to the largest.
+children; steadier than the wall on a loaded machine) are printed, with after/before ratios,
+DuckDB's floor (the command's question asked as queries in this process: `FLOOR`) and after/floor,
+each side's peak memory (the command's process tree's largest resident set), and each command's
+growth from the smallest size to the largest.
 """
 
 from __future__ import annotations
@@ -72,15 +75,31 @@ def _decide(path: str) -> int:
     return 0
 
 
+#: Runs a command and says, last on stderr, the peak resident memory of its process tree's largest
+#: (`ru_maxrss` of the children of this fresh process: the command's own, no earlier run's).
+_PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print(f'peak-kb {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+#: The last peak memory `timed` measured, in MB (0 when the run was stopped).
+LAST_PEAK_MB = [0.0]
+
+
 def timed(command: list[str], cwd: Path, cap: float) -> tuple[float, float, bool]:
-    """(wall, CPU seconds, finished) of one run of `command`."""
+    """(wall, CPU seconds, finished) of one run of `command`; its peak memory in LAST_PEAK_MB."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
+    LAST_PEAK_MB[0] = 0.0
     try:
         env = {**os.environ, "PYTHONPATH": str(cwd)}  # that side's harness, not the installed one
-        done = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=cap, text=True)
+        wrapped = [sys.executable, "-c", _PEAK, *command]
+        done = subprocess.run(wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=cap, text=True)
         if done.returncode not in (0, 1):  # 1: an answer too (nothing passes, a regression)
             raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        peak = [line for line in done.stderr.splitlines() if line.startswith("peak-kb ")]
+        LAST_PEAK_MB[0] = int(peak[-1].split()[1]) / 1024 if peak else 0.0
         finished = True
     except subprocess.TimeoutExpired:
         finished = False
@@ -90,15 +109,61 @@ def timed(command: list[str], cwd: Path, cap: float) -> tuple[float, float, bool
     return wall, cpu, finished
 
 
+#: DuckDB's floor under each command: the question it answers, asked as queries of the same file
+#: in this process (no Python rows), as issue #48 states it. The summary's: the status counts,
+#: every failing (test, signature) with its cells, the per-cell pass counts; a pin's: per cell,
+#: whether every selected test passed in every repeat; a report's: the signature's outcomes with
+#: their tracebacks; attribute's: the failing tests' outcomes in every cell.
+FLOOR = {
+    "summary": [
+        "SELECT status, count(*) FROM outcomes_v GROUP BY ALL",
+        "SELECT scenario, signature, list(DISTINCT cell_id) FROM outcomes_v WHERE status IN ('fail', 'error', 'crash', 'timeout', 'oom') "
+        "GROUP BY ALL",
+        "SELECT cell_id, count(*) FILTER (status = 'pass') FROM outcomes_v GROUP BY ALL",
+    ],
+    "attribute": [
+        "SELECT o.cell_id, o.scenario, o.status, o.signature FROM outcomes_v o WHERE o.scenario IN "
+        "(SELECT scenario FROM outcomes WHERE status IN ('fail', 'error', 'crash', 'timeout', 'oom'))",
+    ],
+    "pin --test FILE": [
+        "SELECT cell_id, bool_and(status = 'pass') FROM outcomes_v WHERE scenario LIKE ? || '::%' GROUP BY ALL",
+    ],
+    "report --signature": [
+        "SELECT v.*, o.traceback FROM outcomes_v v JOIN outcomes o USING (run_id, cell_id, scenario, repeat) "
+        "WHERE v.signature LIKE '%KeyError%'",
+    ],
+}
+FLOOR["publish"] = [*FLOOR["summary"], "SELECT cell_id, split_part(scenario, '::', 1), status, count(*) FROM outcomes_v GROUP BY ALL"]
+
+
+def floor_of(name: str, db: Path, sample: dict[str, str], repeats: int) -> float | None:
+    """The median seconds DuckDB takes to answer command `name`'s question (FLOOR), or None."""
+    import duckdb
+
+    queries = FLOOR.get(name)
+    if not queries:
+        return None
+    walls = []
+    for _ in range(repeats):
+        con = duckdb.connect(str(db), read_only=True)
+        start = time.perf_counter()
+        for sql in queries:
+            con.execute(sql, [sample["file"]] if "?" in sql else []).fetchall()
+        walls.append(time.perf_counter() - start)
+        con.close()
+    return statistics.median(walls)
+
+
 def commands(db: Path, scratch: Path, sample: dict[str, str], tree: Path = ROOT) -> dict[str, list[str]]:
     py = [sys.executable, "-m", "harness.cli"]
     return {
-        "summary": [*py, "summary", str(db)],
-        "attribute": [*py, "attribute", "--db", str(scratch)],
+        "summary": [*py, "summary", "--db", str(db)],
+        "attribute": [*py, "attribute", "--offline", "--db", str(scratch)],
         "pin --test NODEID": [*py, "pin", "--db", str(db), "--test", sample["node"]],
         "pin --test FILE": [*py, "pin", "--db", str(db), "--test", sample["file"]],
         "pin -m 'not slow'": [*py, "pin", "--db", str(db), "-m", "not slow"],
         "report --signature": [*py, "report", "--db", str(db), "--signature", "KeyError"],
+        "publish": [*py, "publish", "--db", str(db), "--out", str(scratch.parent / f"site-{scratch.stem}")],
         "watch's decision": [sys.executable, str(tree / "benchmarks" / "bench_answers.py"), "--decide", str(db)],
     }
 
@@ -162,19 +227,23 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and name not in args.only:
                 continue
             found: dict[str, tuple[float, float, bool]] = {}
+            peaks: dict[str, float] = {}
             for side, tree in sides.items():
-                runs = []
+                runs, peak = [], []
                 for _ in range(args.repeats):
                     scratch = args.stores / f"scratch-{side}.duckdb"
                     shutil.copy(dbs[side], scratch)
                     run = timed(commands(dbs[side], scratch, sample, tree)[name], tree, args.cap)
                     runs.append(run)
+                    peak.append(LAST_PEAK_MB[0])
                     if not run[2]:
                         break  # past the cap: not again at this size
                 finished = all(r[2] for r in runs)
                 found[side] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), finished)
+                peaks[side] = statistics.median(peak)
+            floor = floor_of(name, dbs["after"], sample, args.repeats)
             table.append((name, size, found))
-            print(_line(name, size, found), flush=True)
+            print(_line(name, size, found) + _floor_and_peaks(found["after"][0], floor, peaks), flush=True)
     print()
     print(_growth(table, args.sizes))
     shutil.rmtree(old, ignore_errors=True)
@@ -254,6 +323,12 @@ def _history_line(name: str, nights: int, found: dict[str, tuple[float, float, b
         before = found["before"]
         line += f"  before {_seconds(before)}  after/before {after[0] / before[0]:.3f}" + ("" if before[2] else " or less")
     return line
+
+
+def _floor_and_peaks(after: float, floor: float | None, peaks: dict[str, float]) -> str:
+    """`  floor 0.21 s after/floor 7.1  peak before 3,730 MB after 780 MB`."""
+    text = f"  floor {floor:.2f} s after/floor {after / floor:.1f}" if floor else ""
+    return text + "  peak " + " ".join(f"{side} {mb:,.0f} MB" for side, mb in peaks.items())
 
 
 def _seconds(value: tuple[float, float, bool]) -> str:
