@@ -1,1 +1,1 @@
-"""One module per harness command, its parser beside its work, and what several share (answer, flags, progress)."""
+"""One module per harness command: its parser, one workflow called (`workflows/`), the answer printed (`render/`); `flags` holds what several share."""
