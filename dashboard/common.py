@@ -20,10 +20,11 @@ import atexit
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import logic
@@ -297,6 +298,28 @@ def multiselect(
     value = (where or st).multiselect(label, list(options), key=key, help=help, placeholder=placeholder)
     remember(key)
     return list(value)
+
+
+def picked_row(event: Any, rows: Sized) -> int | None:
+    """The index of the first row selected in an st.dataframe (`event`, what it returns with
+    on_select="rerun") that lies within `rows` (its table, or the list it was drawn from), else None.
+
+    Every table of the dashboard that opens something on a click reads its selection this one way.
+    A selection is kept under the table's key across reruns, so after the data under it changed
+    (a sweep added outcomes, a filter narrowed the list) it can name a row the table no longer
+    has: that counts as nothing selected, never an IndexError.
+    """
+    for i in event.selection.rows:
+        if 0 <= int(i) < len(rows):
+            return int(i)
+    return None
+
+
+def picked_text(event: Any, frame: pd.DataFrame, column: str, default: str | None = None) -> str | None:
+    """`column` of the row picked in `frame` (picked_row) as text, else `default`. With no default,
+    None says nothing was selected (a value made text is never None)."""
+    index = picked_row(event, frame)
+    return default if index is None else str(frame.iloc[index][column])
 
 
 def filters(facets: dict[str, list[str]], *, scenario: bool = True) -> dict[str, list[str]]:

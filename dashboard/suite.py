@@ -270,9 +270,9 @@ def where_it_fails(signature: str, chosen: Mapping[str, list[str]], search: str)
         column_config={"group": st.column_config.TextColumn("class or function", width="large")},
         height=min(38 + 35 * len(frame), 320),
     )
-    if not event.selection.rows:
+    group = common.picked_text(event, frame, "group")
+    if group is None:
         return
-    group = str(frame.iloc[event.selection.rows[0]]["group"])
     found = common.query(suites.test_signature_tests, signature, group, dict(chosen), search, LIMIT)
     st.markdown(f"Tests of **{group}** failing with it" + (f" (the first {LIMIT})" if len(found) >= LIMIT else "") + ":")
     listing = pd.DataFrame(found, columns=["test", "cells", "outcomes", "example_cell"])
@@ -286,8 +286,9 @@ def where_it_fails(signature: str, chosen: Mapping[str, list[str]], search: str)
         column_config={"test": st.column_config.TextColumn(width="large")},
         height=min(38 + 35 * len(listing), 320),
     )
-    if picked.selection.rows:
-        row = listing.iloc[picked.selection.rows[0]]
+    index = common.picked_row(picked, listing)
+    if index is not None:
+        row = listing.iloc[index]
         common.open_cell(str(row["example_cell"]), str(row["test"]))
 
 
@@ -350,7 +351,8 @@ def cell_tests(cell_id: str, focus: str) -> None:
         column_config={"name": st.column_config.TextColumn("file", width="large")},
         height=min(38 + 35 * len(table), 320),
     )
-    within = {"file": str(table.iloc[event.selection.rows[0]]["name"])} if event.selection.rows else None
+    name = common.picked_text(event, table, "name")
+    within = {"file": name} if name is not None else None
 
     found = common.query(suites.test_outcomes, cell_id, search, within=within, failing_only=failing, limit=LIMIT)
     rows = found["rows"]
@@ -383,9 +385,7 @@ def cell_tests(cell_id: str, focus: str) -> None:
         height=min(38 + 35 * len(listing), 320),
         column_config={"test": st.column_config.TextColumn(width="large"), "signature": st.column_config.TextColumn(width="large")},
     )
-    chosen = (
-        str(listing.iloc[picked.selection.rows[0]]["test"]) if picked.selection.rows else focus or (rows[0]["scenario"] if rows else "")
-    )
+    chosen = common.picked_text(picked, listing, "test", default=focus or (rows[0]["scenario"] if rows else ""))
     if chosen:
         detail(cell_id, chosen)
 

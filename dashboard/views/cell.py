@@ -91,9 +91,9 @@ else:
             "signature": st.column_config.TextColumn(width="large"),
         },
     )
-    picked = event.selection.rows
+    picked = common.picked_row(event, order)
     if order:
-        row = order[picked[0] if picked else 0]
+        row = order[0 if picked is None else picked]
         st.markdown(
             f"**{row['scenario']}** — **{row['status']}** · run `{row['run_id']}` · repeat {row['repeat']} · "
             f"{row.get('gpu') or '?'} · {row.get('platform') or '?'} · started {str(row.get('started_at') or '')[:19]} UTC · "

@@ -63,15 +63,15 @@ else:
             **({"scenarios": st.column_config.TextColumn("where (most tests)", width="large")} if tests else {}),
         },
     )
-    rows = event.selection.rows
+    picked = common.picked_row(event, table)
     attributed = [i for i in range(len(table)) if table.iloc[i]["introduced in"] or table.iloc[i]["fixed in"]]
     # `?signature=` (a click on the Matrix's heatmap) chooses the row until one is selected here
     linked = [i for i in range(len(table)) if str(table.iloc[i]["signature"]) == st.query_params.get("signature")]
-    index = rows[0] if rows else (linked or attributed or [0])[0]
+    index = picked if picked is not None else (linked or attributed or [0])[0]
     signature = str(table.iloc[index]["signature"])
     row = failures[index]
 
-    if rows or linked:
+    if picked is not None or linked:
         st.subheader("Signature")
     else:
         st.subheader(f"Signature (the {'most widespread with transitions' if attributed else 'most widespread'}; select a row for another)")

@@ -128,13 +128,13 @@ else:
     if pages_count > 1:
         left, _ = st.columns([1, 4])
         left.number_input(f"Page (of {pages_count:,}; {PAGE} rows each)", min_value=1, max_value=pages_count, step=1, key="h_page")
-    picked = [int(i) for i in event.selection.rows if 0 <= int(i) < len(rows)]
-    if picked and level == "file":
-        st.session_state["h_file"] = names[picked[0]]
+    picked = common.picked_row(event, rows)
+    if picked is not None and level == "file":
+        st.session_state["h_file"] = names[picked]
         common.remember("h_file")
         st.rerun()
-    if picked:
-        st.query_params["test"] = names[picked[0]]
+    if picked is not None:
+        st.query_params["test"] = names[picked]
 
 test = st.query_params.get("test") or (str(rows[0]["name"]) if rows and level == "test" else "")
 if not test:
