@@ -171,21 +171,11 @@ class Transition:
 
     def where(self) -> str:
         """`1.14.0 (after 1.13.0)` for an exact answer; `1.13.0 (fails) and 1.15.0 (passes)` for a range."""
-        if self.exact:
-            return f"{self.after} (after {self.before})"
-        old, new = _verb(self.kind)
-        return f"{self.before} ({old}) and {self.after} ({new})"
+        return _where(self.kind, self.before, self.after, self.exact)
 
     def gaps(self) -> str:
         """`not built: 1.14.0, 1.14.1; inconclusive: 1.14.2 (not_applicable)`, or ""."""
-        parts = []
-        if self.not_built:
-            shown = ", ".join(self.not_built[:SHOW_NOT_BUILT])
-            more = len(self.not_built) - SHOW_NOT_BUILT
-            parts.append(f"not built: {shown}" + (f" and {more} more" if more > 0 else ""))
-        if self.inconclusive:
-            parts.append(f"inconclusive: {', '.join(self.inconclusive)}")
-        return "; ".join(parts)
+        return _gaps(self.not_built, self.inconclusive)
 
     def headline(self) -> str:
         """The answer in one phrase, the same wherever it appears (summary, attribute, report, dashboard, pin):
@@ -371,10 +361,28 @@ class Attribution:
 @lru_cache(maxsize=65536)
 def _headline(kind: str, axis: str, before: str, after: str, not_built: tuple[str, ...], inconclusive: tuple[str, ...]) -> str:
     """`Transition.headline`, worked out once per answer: 78,000 transitions of a suite say a few hundred."""
-    t = Transition("", "", axis, kind, before, after, (), not_built=not_built, inconclusive=inconclusive)  # type: ignore[arg-type]
-    if t.exact:
-        return f"{kind} in {axis} {t.where()}"
-    return f"{kind} between {axis} {t.where()}; {t.gaps()}"
+    exact = not (not_built or inconclusive)
+    if exact:
+        return f"{kind} in {axis} {_where(kind, before, after, exact)}"
+    return f"{kind} between {axis} {_where(kind, before, after, exact)}; {_gaps(not_built, inconclusive)}"
+
+
+def _where(kind: str, before: str, after: str, exact: bool) -> str:
+    if exact:
+        return f"{after} (after {before})"
+    old, new = _verb(kind)
+    return f"{before} ({old}) and {after} ({new})"
+
+
+def _gaps(not_built: Sequence[str], inconclusive: Sequence[str]) -> str:
+    parts = []
+    if not_built:
+        shown = ", ".join(not_built[:SHOW_NOT_BUILT])
+        more = len(not_built) - SHOW_NOT_BUILT
+        parts.append(f"not built: {shown}" + (f" and {more} more" if more > 0 else ""))
+    if inconclusive:
+        parts.append(f"inconclusive: {', '.join(inconclusive)}")
+    return "; ".join(parts)
 
 
 def held_text(held: Iterable[tuple[str, str]]) -> str:
