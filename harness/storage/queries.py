@@ -64,27 +64,49 @@ def loud_rows(store: SqlResultsFile) -> tuple[list[dict[str, Any]], Quiet]:
 
 
 #: The quiet tests (`analysis.quiet.quiet_of` in SQL): every outcome passed, one outcome in each
-#: (run, cell, repeat) of the current state, and no history marks it flaky across runs.
+#: (run, cell, repeat) of the current state, and no history marks it flaky across runs. A test of
+#: one node id has at most one outcome in each (the table's key), so its count says it; only a test
+#: whose outcomes carry several node ids (one identity across renames) counts its distinct triples.
 _QUIET = """
     CREATE TEMP TABLE {table} AS
     WITH o AS (SELECT run_id, cell_id, repeat, status, scenario, {identity} AS test FROM outcomes),
-    every AS (SELECT count(*) AS n FROM (SELECT DISTINCT run_id, cell_id, repeat FROM o))
-    SELECT test, min(scenario) AS node FROM o
-    GROUP BY test
-    HAVING bool_and(status = 'pass') AND count(*) = (SELECT n FROM every)
-       -- one outcome in each (run, cell, repeat); a hash of it, leaner than the triple: two that
-       -- collide count as one, and the test stays loud, which costs time, never an answer
-       AND count(DISTINCT hash(run_id, cell_id, repeat)) = (SELECT n FROM every)
-       AND test NOT IN (SELECT test FROM {flaky} WHERE test IS NOT NULL)  -- per test, not per outcome
+    every AS (SELECT count(*) AS n FROM (SELECT DISTINCT run_id, cell_id, repeat FROM o)),
+    g AS (
+        SELECT test, min(scenario) AS node, max(scenario) AS last FROM o GROUP BY test
+        HAVING count(*) FILTER (status <> 'pass') = 0 AND count(*) = (SELECT n FROM every)
+    ),
+    quiet AS (
+        SELECT test, node FROM g WHERE node = last
+        {renamed}
+    )
+    SELECT test, node FROM quiet
+    WHERE test NOT IN (SELECT test FROM {flaky} WHERE test IS NOT NULL)  -- per test, not per outcome
+"""
+
+#: `_QUIET`'s tests of several node ids, where the file has any: a hash of the (run, cell, repeat),
+#: leaner than the triple; two that collide count as one, and the test stays loud, which costs
+#: time, never an answer.
+_RENAMED = """
+        UNION ALL
+        SELECT test, min(scenario) FROM o WHERE test IN (SELECT test FROM g WHERE node <> last) GROUP BY test
+        HAVING count(DISTINCT hash(run_id, cell_id, repeat)) = (SELECT n FROM every)
 """
 
 
 def _quiet(store: SqlResultsFile, table: str) -> Quiet:
     """The quiet tests, kept in the temporary `table` for the reads that follow."""
     flaky = "flaky" if store.has_table("flaky") else "(SELECT NULL::VARCHAR AS test WHERE false)"
-    store.fetch(_QUIET.format(table=table, identity=_identity(store), flaky=flaky))
+    renamed = _RENAMED if _has_renamed(store) else ""
+    store.fetch(_QUIET.format(table=table, identity=_identity(store), flaky=flaky, renamed=renamed))
     found = list(store.fetch_tuples(f"SELECT test, node FROM {table} ORDER BY test"))
     return Quiet(tuple(t for t, _ in found), tuple(n for _, n in found))
+
+
+def _has_renamed(store: SqlResultsFile) -> bool:
+    """Whether a test's outcomes may carry several node ids: some outcome's identity is not its node id."""
+    if "test_id" not in clauses.columns(store, "outcomes"):
+        return False
+    return next(store.fetch_tuples("SELECT 1 FROM outcomes WHERE test_id IS NOT NULL AND test_id <> scenario LIMIT 1"), None) is not None
 
 
 def _identity(store: SqlResultsFile, alias: str = "") -> str:

@@ -145,6 +145,17 @@ def test_two_node_ids_of_one_test_in_one_cell_are_not_quiet(tmp_path: Path) -> N
         assert quiet.tests == ("t.py::b",) == quiet_of(queries.outcome_rows(store))
 
 
+def test_a_test_renamed_between_cells_passing_in_each_is_quiet(tmp_path: Path) -> None:
+    # one identity, a node id per cell: one outcome in each (run, cell, repeat), so quiet, as t.py::b
+    db = tmp_path / "r.duckdb"
+    runs = {"r": {"c1": {"t.py::a[0]": ["pass"], "t.py::b": ["pass"]}, "c2": {"t.py::a[x]": ["pass"], "t.py::b": ["pass"]}}}
+    _write(db, runs, {"t.py::a[0]": "t.py::a[#1]", "t.py::a[x]": "t.py::a[#1]"})
+    with Store(db, read_only=True) as store:
+        _, quiet = queries.loud_rows(store)
+        assert quiet.tests == ("t.py::a[#1]", "t.py::b") == quiet_of(queries.outcome_rows(store))
+        assert quiet.nodes == ("t.py::a[0]", "t.py::b")
+
+
 def test_pin_rows_of_a_selection_hold_its_quiet_tests_as_one(tmp_path: Path) -> None:
     db = tmp_path / "r.duckdb"
     _write(db, {"r": {c: {"t.py::a": ["pass"], "t.py::b": ["pass"], "t.py::c": ["pass" if c == "c1" else "fail"]} for c in ("c1", "c2")}})
