@@ -187,13 +187,12 @@ class Transition:
 
     def conditions(self) -> str:
         """`with torch 2.13.0, transformers 5.6.2, … on cpu · linux-x86_64 · Python 3.11`."""
-        text = f"with {held_text(self.held)}" if self.held else ""
-        if self.machine:
-            text += (" " if text else "") + f"on {self.machine}"
-        return text
+        return _conditions(tuple(self.held), self.machine)
 
     def describe(self) -> str:
-        return f"{self.headline()} — {self.conditions()}" if self.conditions() else self.headline()
+        headline = _headline(self.kind, self.axis, self.before, self.after, tuple(self.not_built), tuple(self.inconclusive))
+        conditions = _conditions(tuple(self.held), self.machine)
+        return f"{headline} — {conditions}" if conditions else headline
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -383,6 +382,16 @@ def _gaps(not_built: Sequence[str], inconclusive: Sequence[str]) -> str:
     if inconclusive:
         parts.append(f"inconclusive: {', '.join(inconclusive)}")
     return "; ".join(parts)
+
+
+@lru_cache(maxsize=65536)
+def _conditions(held: tuple[tuple[str, str], ...], machine: str) -> str:
+    """`Transition.conditions`, worked out once per set of held versions and machine: a suite's
+    78,000 transitions (each stored with its description) hold a few hundred."""
+    text = f"with {held_text(held)}" if held else ""
+    if machine:
+        text += (" " if text else "") + f"on {machine}"
+    return text
 
 
 def held_text(held: Iterable[tuple[str, str]]) -> str:

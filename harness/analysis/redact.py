@@ -42,14 +42,19 @@ def redact_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 # -- paths -------------------------------------------------------------------------------------
+#: Where a word of a path starts (after a space, a quote or a parenthesis): each pattern below
+#: matches from there. Any match within a word also matches from its start (its `[^\s"'(]*`
+#: takes the rest in), so the matches are the same; without it, each pattern was tried from every
+#: character of every word: 0.15 s a pattern over a suite's 140 KB report.
+_WORD = r"""(?<![^\s"'(])"""
 #: Everything up to an interpreter's `site-packages/`: the env's folder, which names this machine.
-_SITE = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](?:site|dist)-packages[/\\]""")
+_SITE = re.compile(_WORD + r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](?:site|dist)-packages[/\\]""")
 #: A cell's env folder wherever it lies (`envs.env_location`: the cell's id, then 12 hex digits of its request).
-_ENV = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\][\w.+-]+-[0-9a-f]{12}(?=[/\\\s"')]|$)""")
+_ENV = re.compile(_WORD + r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\][\w.+-]+-[0-9a-f]{12}(?=[/\\\s"')]|$)""")
 #: An interpreter's standard library (`/usr/lib/python3.11/runpy.py`).
-_STDLIB = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)""")
+_STDLIB = re.compile(_WORD + r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)""")
 #: The harness's own checkout or installed copy: its files from `harness/` and `scenarios/`.
-_CHECKOUT = re.compile(r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](harness|scenarios)[/\\]""")
+_CHECKOUT = re.compile(_WORD + r"""(?:[A-Za-z]:)?[^\s"'(]*[/\\](harness|scenarios)[/\\]""")
 #: A home folder by its usual places, whoever's it is.
 #: Where a path starts: not inside a longer one, or right after `file://`.
 _START = r"(?:(?<=file://)|(?<![\w.~/\\-]))"

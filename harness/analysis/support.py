@@ -158,13 +158,19 @@ def _table(
     index = {c.cell_id: i for i, c in enumerate(columns) if c.built}
     counts: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
     quiet = by_group(found.quiet, group)  # a stand-in row is a pass of each quiet test (`analysis.quiet`)
+    named: dict[str, str] = {}  # scenario -> its row: `group` once per test, not once per outcome
     for _, rows in line:
         for row in rows:
-            if row["scenario"] == STAND_IN:
+            scenario = str(row["scenario"])
+            cell = index[str(row["cell_id"])]
+            if scenario == STAND_IN:
                 for name, n in quiet.items():
-                    counts[(name, index[str(row["cell_id"])])][Status.PASS.value] += n
+                    counts[(name, cell)][Status.PASS.value] += n
                 continue
-            counts[(group(str(row["scenario"])), index[str(row["cell_id"])])][str(row["status"])] += 1
+            name = named.get(scenario)
+            if name is None:
+                name = named[scenario] = group(scenario)
+            counts[(name, cell)][str(row["status"])] += 1
     marks = _marks(found.transitions if transitions is None else transitions, library, set(index), line[0][0].machine.label())
     at = {c.release: i for i, c in enumerate(columns) if c.built}
     entries = {key: Entry(fold(n)) for key, n in counts.items()}
