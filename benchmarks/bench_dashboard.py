@@ -85,6 +85,12 @@ def _second_option(at: AppTest, key: str) -> str:
     return str(widget.options[1])
 
 
+def _another(at: AppTest, key: str) -> None:
+    """Choose another value in selectbox `key`: the last option that is not the one shown (never a rerun of a cached read)."""
+    widget = at.selectbox(key=key)
+    widget.set_value(next(o for o in reversed(widget.options) if o != widget.value))
+
+
 def _pick(at: AppTest, key: str, index: int) -> None:
     widget = at.multiselect(key=key)
     widget.set_value([widget.options[index]])
@@ -114,6 +120,8 @@ def suite_cases() -> list[Case]:
         Case(
             "failures", "filter one axis to one version", lambda at: _pick_any(at, ["f_gpu", "f_transformers", "f_accelerate", "f_peft"], 0)
         ),
+        Case("cell", "choose another cell", lambda at: _another(at, "cell_pick")),
+        Case("compare", "choose another cell B", lambda at: _another(at, "compare_b")),
         Case("pin", "pin the tests -m 'not slow' selects", _pin_marker),
         Case("support", "choose another library", _other_library),
         Case("history", "changed in the last 3 runs", lambda at: at.number_input(key="h_changed").set_value(3)),
