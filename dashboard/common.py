@@ -32,7 +32,7 @@ from harness.analysis import heatmap
 from harness.errors import StoreLocked
 from harness.inputs import bundled
 from harness.running import live
-from harness.storage import attributed, journal, queries
+from harness.storage import attributed, journal, pages, queries
 from harness.storage.store import Store
 
 P = ParamSpec("P")
@@ -361,14 +361,15 @@ def select_kept(label: str, options: Sequence[str], key: str, default: str, *, h
     return str(value)
 
 
-def select_edge_axis(axes: Sequence[str], edges: Sequence[Any]) -> str:
+def select_edge_axis(axes: Sequence[str], edges: Sequence[tuple[heatmap.Edge, int]]) -> str:
     """The heatmap's library whose releases vary fastest (a release that changes an outcome then sits
-    beside the one before it); kept across pages, the library most answers are about by default."""
+    beside the one before it); kept across pages, the library most answers are about by default
+    (`edges`: each with how many transitions give it, `edges_if_cheap`)."""
     return select_kept(
         "Changes along this library show as edges",
         axes,
         "m_last",
-        heatmap.busiest_axis(edges, axes),
+        heatmap.busiest_axis((e for e, n in edges for _ in range(n)), axes),
         help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
         "outcome sits right beside the release before it. The default is the library most answers are about.",
     )
@@ -379,10 +380,55 @@ def select_edge_axis(axes: Sequence[str], edges: Sequence[Any]) -> str:
 CHEAP_ANSWERS = 20_000
 
 
-def answers_if_cheap(store: Store) -> list[dict[str, Any]]:
-    """Every transition of the file (`failure_answers`), when stored and current or quick to compute; else none."""
+def _file_of(test: str) -> str:
+    return test.split("::", 1)[0]
+
+
+def edges_if_cheap(store: Store, by_file: bool = False) -> list[tuple[heatmap.Edge, int]]:
+    """The heatmap's edges (`heatmap.edges_of` of every transition of the file, each row a scenario or,
+    `by_file`, a test file), each once with how many transitions give it: grouped in DuckDB from the
+    answers `harness attribute` stored while they are current (`pages.heatmap_edges`), computed
+    when the file is small; else none."""
+    if attributed.answers_current(store):
+        return [
+            (heatmap.Edge(r["row"], r["kind"], r["headline"], r["axis"], r["before_cell"], r["after_cell"], r["signature"]), int(r["n"]))
+            for r in pages.heatmap_edges(store, by_file=by_file)
+        ]
+    if queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
+        from harness.workflows import answering as answer
+
+        return [(e, 1) for e in heatmap.edges_of(answer.failure_answers(store).transitions, _file_of if by_file else None)]
+    return []
+
+
+class Answers:
+    """The Failures page's answers (`answering.FailureAnswers`' `summary`, `stored` and `of`), read
+    as the page needs them. While the answers `harness attribute` stored are current, the summary
+    is their groups (`attributed.transition_answer_groups`: one row per distinct answer) and a
+    signature's transitions are read when it is shown (`attributed.transitions` of it): never all
+    78,000 transitions of a 100,000-test suite decoded and cached at once (2.7 s). Otherwise
+    `answering.failure_answers` computes them all, as before."""
+
+    def __init__(self) -> None:
+        self.stored = bool(query(attributed.answers_current))
+        self.summary: list[dict[str, Any]]
+        if self.stored:
+            self.summary = query(attributed.transition_answer_groups, "")
+        else:
+            self.summary = query(_computed_answers).summary
+
+    def of(self, signature: str) -> list[dict[str, Any]]:
+        """One signature's transitions, machine differences and flaky cells, by scenario in attribution's order."""
+        if not self.stored:
+            return query(_computed_answers).of(signature)
+        return sorted(query(attributed.transitions, "", signature), key=lambda t: t["scenario"])
+
+
+def _computed_answers(store: Store) -> Any:
     from harness.workflows import answering as answer
 
-    if attributed.answers_current(store) or queries.overview(store)["outcomes"] <= CHEAP_ANSWERS:
-        return answer.failure_answers(store).transitions
-    return []
+    return answer.failure_answers(store)
+
+
+def failure_answers() -> Answers:
+    return Answers()

@@ -169,6 +169,11 @@ def stored_edges(transitions: Sequence[Mapping[str, Any]], cells: set[str], grou
     return [e for e in heatmap.edges_of(transitions, group) if e.after_cell in cells]
 
 
+def edges_within(edges: Sequence[tuple[heatmap.Edge, int]], cells: set[str]) -> list[tuple[heatmap.Edge, int]]:
+    """`stored_edges` of `common.edges_if_cheap`'s edges (each with how many transitions give it)."""
+    return [(e, n) for e, n in edges if e.after_cell in cells]
+
+
 def chart_selection(event: Any) -> Mapping[str, Any] | None:
     """A chart's selection state: the event is a VegaLiteState in a server and a plain dict in AppTest."""
     return event.get("selection") if event else None

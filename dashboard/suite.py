@@ -126,10 +126,6 @@ def _legend(columns: Sequence[grouping.Column]) -> None:
         st.markdown("\n".join(f"- **{c.label}** {c.varying}" + (f" on {c.gpu}" if c.gpu else "") + f" · `{c.cell_id}`" for c in columns))
 
 
-def _file_of(test: str) -> str:
-    return test.split("::", 1)[0]
-
-
 def _heat_column(c: grouping.Column) -> heatmap.Column:
     versions = tuple((a, c.versions[a]) for a in axis_sort(c.versions))
     return heatmap.Column(f"{c.cell_id} @ {c.gpu}" if c.gpu else c.cell_id, c.cell_id, versions, c.gpu)
@@ -138,9 +134,10 @@ def _heat_column(c: grouping.Column) -> heatmap.Column:
 def _heatmap(files: grouping.Grid) -> None:
     """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell."""
     columns = [_heat_column(c) for c in files.columns]
-    edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns}, group=_file_of)
+    weighted = logic.edges_within(common.query(common.edges_if_cheap, by_file=True), {c.cell_id for c in columns})
+    edges = [e for e, _ in weighted]
     axes = heatmap.varying(columns)
-    last = common.select_edge_axis(axes, edges)
+    last = common.select_edge_axis(axes, weighted)
     words = {
         (column.key, str(name)): word
         for label, column in zip(files.labels, columns)

@@ -10,7 +10,6 @@ import streamlit as st
 
 from dashboard import common, logic, suite
 from harness.storage import pages, suites
-from harness.workflows import answering as answer
 
 COLUMNS = [
     "signature",
@@ -37,7 +36,7 @@ search = suite.search_controls(failing=False)[0] if tests else ""
 
 failures = common.query(suites.test_failure_summaries, chosen, search) if tests else common.query(pages.failure_summaries, chosen)
 # the answers the summary gives (stored by `harness attribute` while current, else computed now)
-answers = common.query(answer.failure_answers)
+answers = common.failure_answers()
 summary = answers.summary
 # For a suite, the tests and files each signature hits; its scenarios column holds its biggest groups.
 columns = [*COLUMNS[: COLUMNS.index("cells") + 1], "tests", "files", *COLUMNS[COLUMNS.index("cells") + 1 :]] if tests else COLUMNS

@@ -66,9 +66,10 @@ totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(heat.totals.items(), key
 st.markdown(f"**{len(heat.columns):,}** cell(s) × **{len(heat.scenarios)}** scenario(s) — {totals}")
 
 columns = heat.columns
-edges = logic.stored_edges(common.query(common.answers_if_cheap), {c.cell_id for c in columns})
+weighted = logic.edges_within(common.query(common.edges_if_cheap), {c.cell_id for c in columns})
+edges = [e for e, _ in weighted]
 axes = heatmap.varying(columns)
-last = common.select_edge_axis(axes, edges)
+last = common.select_edge_axis(axes, weighted)
 spec = logic.heat_spec(heat, edges, last)
 st.caption(
     "Hover a square for its cell and outcome; click it to open the cell at that scenario. A tick on an edge (red: introduced, "

@@ -187,3 +187,42 @@ def bisection_probes_by_axis(store: SqlResultsFile) -> list[dict[str, Any]]:
         """
     )
     return clauses.decode(rows, ("versions", "git_commits"))
+
+
+#: The kinds of transition the heatmap draws an edge for (`heatmap.KIND_COLOURS`).
+_EDGE_KINDS = ("introduced", "fixed")
+
+
+def heatmap_edges(store: SqlResultsFile, *, by_file: bool = False) -> list[dict[str, Any]]:
+    """The answers `harness attribute` stored for all runs (table `transitions`, scope "") as the
+    heatmap marks them (`heatmap.edges_of` of `attributed.transitions`' rows, decided here): one row
+    per distinct edge, `row` (the scenario, or with `by_file` its test file: the node id before its
+    first `::`), `kind`, `headline`, `axis`, `before_cell`, `after_cell`, `signature`, and `n`, how
+    many transitions give it; in the order of the first of them (attribution's: scope, scenario, seq).
+
+    A suite of 100,000 tests × 20 cells stores 78,000 transitions: read, decoded and cached as
+    rows they took 1.4 s (and as long again to pickle into Streamlit's cache); grouped here they
+    are a few thousand rows. The heatmap's marks need only distinct edges in their first order
+    (`heatmap.marks`), and the busiest axis their counts (`heatmap.busiest_axis`)."""
+    if not store.has_table("transitions"):
+        return []
+    row = "split_part(scenario, '::', 1)" if by_file else "scenario"
+    kinds = ", ".join(f"'{k}'" for k in _EDGE_KINDS)
+    # str() of a missing value is 'None' in edges_of: the same words here
+    headline = (
+        "COALESCE(NULLIF(split_part(COALESCE(description, ''), ' — ', 1), ''), "
+        "kind || ' in ' || COALESCE(axis, 'None') || ' ' || COALESCE(after, 'None'))"
+    )
+    return store.fetch(
+        f"""
+        WITH t AS (
+            SELECT (scenario, seq) AS pos, {row} AS row, kind, {headline} AS headline,
+                   COALESCE(axis, 'None') AS axis, COALESCE(before_cell, '') AS before_cell, after_cell,
+                   COALESCE(signature, '') AS signature
+            FROM transitions WHERE scope = '' AND kind IN ({kinds}) AND COALESCE(after_cell, '') <> ''
+        )
+        SELECT row, kind, headline, axis, before_cell, after_cell, signature, count(*) AS n
+        FROM t GROUP BY ALL ORDER BY min(pos)
+        """
+    )
+
