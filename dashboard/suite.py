@@ -410,7 +410,7 @@ def detail(cell_id: str, test: str) -> None:
 def compare(a: str, b: str) -> None:
     """Which tests differ between two cells: per class, then the tests (at most LIMIT)."""
     search, _ = search_controls(failing=False)
-    diff = common.query(suites.test_diff, a, b, search, limit=LIMIT)
+    diff = common.query(pages.test_diff, a, b, search, limit=LIMIT)
     st.caption(f"{diff['differ']:,} of {diff['tests']:,} test(s) differ, in {len(diff['groups']):,} class(es) or function(s).")
     if not diff["differ"]:
         return
@@ -441,9 +441,11 @@ def _test_listing(version: common.FileVersion, machine: str) -> pd.DataFrame:
     where it passed or failed on `machine` (a machine class, or ANY_MACHINE for all pooled)."""
     classes: dict[tuple[Any, ...], str] = {}
     per: dict[str, list[int]] = {}
-    for row in common.query(suites.test_pass_counts):
+    for row in common.query(pages.test_pass_counts):
         host = (row["gpu"], row["gpu_count"], row["platform"])
-        here = classes.setdefault(host, machine_class(row))
+        here = classes.get(host)
+        if here is None:  # a few kinds of host, 100,000 rows: each host's class once
+            here = classes[host] = machine_class(row)
         counts = per.setdefault(str(row["scenario"]), [0, 0])
         if machine in (ANY_MACHINE, here):
             counts[0] += int(row["passing"])

@@ -14,8 +14,10 @@ from dashboard import common, grouping, logic, suite
 from harness.analysis import export
 from harness.analysis.machines import ANY_MACHINE
 from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult
+from harness.analysis.rows import machine_class
 from harness.storage import pages, suites
-from harness.workflows.pinning import machines_of, newest_machine_of, passing_by_machine, pin_from_store
+from harness.storage.store import Store
+from harness.workflows.pinning import machines_of, passing_by_machine, pin_from_store
 
 st.title("Pin")
 overview = common.data_banner()
@@ -35,9 +37,15 @@ def _pass_rates(version: common.FileVersion) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _newest_machine(store: Store) -> str:
+    """`pinning.newest_machine_of`, its row read without `outcomes_v`'s join of every outcome (`pages.newest_host`)."""
+    rows = pages.newest_host(store)
+    return machine_class(rows[0]) if rows else ""
+
+
 machines = common.query(machines_of)
 # The known-good set is per machine class: by default the newest run's, as `harness pin` chooses.
-common.keep("pin_machine", common.query(newest_machine_of) or ANY_MACHINE)
+common.keep("pin_machine", common.query(_newest_machine) or ANY_MACHINE)
 if st.session_state["pin_machine"] not in (*machines, ANY_MACHINE):
     st.session_state["pin_machine"] = ANY_MACHINE
 st.markdown(
@@ -52,12 +60,20 @@ machine = st.selectbox(
     "`any` pools every machine (a set must then pass on each).",
 )
 common.remember("pin_machine")
-by_machine = common.query(passing_by_machine)
-here = sorted({s for names in by_machine.values() for s in names}) if machine == ANY_MACHINE else by_machine.get(str(machine), [])
+
+
+def _passing_here(machine: str) -> list[str]:
+    """The scenarios (tests) that pass somewhere on `machine` (ANY_MACHINE: anywhere): read when
+    needed, for a suite only when no set passes (1.3 s at 2,000,000 outcomes)."""
+    by_machine = common.query(passing_by_machine)
+    return sorted({s for names in by_machine.values() for s in names}) if machine == ANY_MACHINE else by_machine.get(machine, [])
+
+
 where = "somewhere" if machine == ANY_MACHINE else f"on {machine}"
 if tests:
     scenarios = suite.pin_selection(str(machine))
 else:
+    here = _passing_here(str(machine))
     if st.button(f"Choose the {len(here)} scenario(s) that pass {where}", key="pin_all_passing"):
         st.session_state["pin_scenarios"] = here
     scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
@@ -99,7 +115,7 @@ with st.spinner("choosing…"):
 if not result.found:
     chosen = "test" if tests else "scenario"
     st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
-    passing = set(here)
+    passing = set(_passing_here(str(machine)))
     never = [s for s in scenarios if s not in passing]
     if never:
         st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {grouping.name_many(never)}")
