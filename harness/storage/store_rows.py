@@ -242,9 +242,15 @@ class _Encoded:
         return text
 
 
-def _text(value: Any) -> str | None:
-    """A VARCHAR column's value: NULL stays NULL, anything else its text."""
-    return value if value is None or isinstance(value, str) else str(value)
+def _column(rows: Sequence[dict[str, Any]], name: str, encoded: _Encoded) -> list[str | None]:
+    """Column `name` of the transitions `rows`, as stored: a JSON column encoded, any other as text
+    (NULL stays NULL), each value looked at once per column, not once per row, where all are text."""
+    values = [r.get(name) for r in rows]
+    if name in _TRANSITION_JSON:
+        return list(map(encoded, values))
+    if set(map(type, values)) <= {str, type(None)}:
+        return values
+    return [v if v is None or isinstance(v, str) else str(v) for v in values]
 
 
 def replace_transitions(
@@ -261,10 +267,7 @@ def replace_transitions(
     encoded = _Encoded()
     # DuckDB scans the columns as NumPy arrays at once: an INSERT per row took 15 s for a suite's
     # 13,695 transitions, a JSON document per row 2 s for 2,000,000 outcomes' 78,000
-    batch = {
-        c: numpy.array([encoded(r.get(c)) if c in _TRANSITION_JSON else _text(r.get(c)) for r in listed], dtype=object)
-        for c in _TRANSITION_COLUMNS[1:]
-    }
+    batch = {c: numpy.array(_column(listed, c, encoded), dtype=object) for c in _TRANSITION_COLUMNS[1:]}
     values = ", ".join(f'CAST("{c}" AS VARCHAR)' for c in batch)
     batch["seq"] = numpy.arange(len(listed), dtype=numpy.int32)  # the order written, whatever order DuckDB scans in
     name = f"harness_transitions_{uuid.uuid4().hex[:12]}"
