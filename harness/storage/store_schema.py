@@ -398,7 +398,7 @@ def migration_names(con: duckdb.DuckDBPyConnection) -> list[str]:
 def _split_history(con: duckdb.DuckDBPyConnection) -> None:
     from harness.storage.history import settle  # the rules of the split live there, beside its readers
 
-    settle(con)
+    settle(con, rewrite=True)  # outcomes holds every night, and keeps one
 
 
 def _collections_before(con: duckdb.DuckDBPyConnection) -> None:
@@ -406,7 +406,7 @@ def _collections_before(con: duckdb.DuckDBPyConnection) -> None:
     from harness.storage.history import settle
 
     read_older_runs(con)
-    settle(con)
+    settle(con, rewrite=True)
 
 
 #: Work a migration needs beyond its SQL, in its transaction: the rows of an older file settled.

@@ -23,7 +23,7 @@ import duckdb
 from harness import __version__
 from harness.errors import StoreError, StoreLocked
 from harness.storage.journal import Journal, folder_of, pending, remove, writer_alive
-from harness.storage.store_file import Busy, DbFile, Turn, fsync, store_error
+from harness.storage.store_file import Busy, DbFile, Turn, fsync, limited, store_error, within_limits
 from harness.storage.store_rows import apply
 from harness.storage.store_schema import MIGRATIONS, folded, migrate, migration_names, now
 
@@ -41,7 +41,7 @@ def rebuilt(path: Path) -> None:
     once, kept every night's size."""
     fresh = path.with_name(path.name + ".fresh")
     fresh.unlink(missing_ok=True)
-    con = duckdb.connect(str(fresh))
+    con = within_limits(duckdb.connect(str(fresh)))  # it copies every row: spilling, not growing
     try:
         migrate(con)
         con.execute("ATTACH ? AS _rebuild_source (READ_ONLY)", [str(path)])
@@ -203,7 +203,8 @@ class Writer:
                     except (OSError, duckdb.Error) as exc:
                         raise store_error(self.db.path, exc) from exc
                     try:
-                        migrate(con)
+                        with limited(con):  # an older file's split reads every row it holds
+                            migrate(con)
                         gone = self.fold_into(con, closing=closing)
                         yield con
                         # Explicitly: DuckDB's checkpoint at close swallows its errors (a full disk)
