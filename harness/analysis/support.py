@@ -167,10 +167,10 @@ def _table(
                 for name, n in quiet.items():
                     counts[(name, cell)][Status.PASS.value] += n
                 continue
-            name = named.get(scenario)
-            if name is None:
-                name = named[scenario] = group(scenario)
-            counts[(name, cell)][str(row["status"])] += 1
+            shown = named.get(scenario)
+            if shown is None:
+                shown = named[scenario] = group(scenario)
+            counts[(shown, cell)][str(row["status"])] += 1
     marks = _marks(found.transitions if transitions is None else transitions, library, set(index), line[0][0].machine.label())
     at = {c.release: i for i, c in enumerate(columns) if c.built}
     entries = {key: Entry(fold(n)) for key, n in counts.items()}

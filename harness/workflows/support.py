@@ -42,14 +42,29 @@ def keep_support(store: Any, found: Answer | None = None) -> bool:
     key = cached.state_key(store)
     if cached.read(store, SUPPORT, key) is not None:
         return True
-    try:
-        tables, rows_are = _support_now(store) if found is None else _support_from(found, found.transitions)
-    except Exception:  # the page computes them itself and shows the error there: the writing command must not fail for it
+    payload = support_payload(found) if found is not None else support_payload_now(store)
+    if payload is None or cached.state_key(store) != key:
         return False
-    if cached.state_key(store) != key:
-        return False
-    cached.write(store, SUPPORT, key, tables_to_json(tables, rows_are))
+    cached.write(store, SUPPORT, key, payload)
     return True
+
+
+def support_payload(found: Answer) -> str | None:
+    """The Support page's tables of a file's whole answer (attributed just now), as kept in the
+    file (`cached`); None where they cannot be computed: the page computes them itself and shows
+    the error there, and the writing command must not fail for it."""
+    try:
+        return tables_to_json(*_support_from(found, found.transitions))
+    except Exception:
+        return None
+
+
+def support_payload_now(store: Any) -> str | None:
+    """`support_payload` of the file as it is (its stored answers marked, while current)."""
+    try:
+        return tables_to_json(*_support_now(store))
+    except Exception:
+        return None
 
 
 def keep_support_of(db: Path) -> None:

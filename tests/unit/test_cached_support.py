@@ -124,3 +124,17 @@ def test_attribute_keeps_the_tables_its_answers_make_as_a_reader_would_compute_t
     assert kept is not None
     with Store(db, read_only=True) as store:
         assert tables_from_json(kept) == publish._support_now(store)
+
+
+def test_answers_stored_with_the_tables_keep_them_only_if_nothing_else_changed_since_they_were_read(shipped: Path) -> None:
+    # `harness attribute` stores its answers and the tables in one write, from what it read before
+    with Store(shipped) as store:
+        read = cached.state_parts(store)
+        store.replace_transitions([], scope="", keep=(publish.SUPPORT, "tables", read))
+    assert _kept(shipped) == "tables"  # under the key a reader computes: the stored answers' part included
+    with Store(shipped) as store:
+        read = cached.state_parts(store)
+        with store.writing() as con:  # another writer's outcome, between the read and the write
+            con.execute("UPDATE outcomes SET status = 'fail' WHERE rowid = (SELECT min(rowid) FROM outcomes)")
+        store.replace_transitions([], scope="", keep=(publish.SUPPORT, "stale tables", read))
+    assert _kept(shipped) is None
