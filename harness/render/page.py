@@ -28,6 +28,7 @@ from harness.render.summary import context, inferred_text, never_changes
 from harness.render.tally import Tally, grouped, tally
 from harness.storage.opening import open_results
 from harness.workflows.answering import answer
+from harness.workflows.support import kept_support
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "publish"
 SCRIPTS = ("vega-6.4.0.min.js", "vega-lite-6.5.0.min.js")
@@ -228,8 +229,9 @@ def _file_of(test: str) -> str:
     return test.split("::", 1)[0]
 
 
-def site_of(found: Answer, source: str) -> Site:
-    """What the page shows for the answered rows of one results file (`source` names it)."""
+def site_of(found: Answer, source: str, tables: Sequence[SupportTable] | None = None) -> Site:
+    """What the page shows for the answered rows of one results file (`source` names it);
+    `tables`: its support tables, where the file kept them (else computed from `found`)."""
     rows = found.rows
     counted = tally(rows)  # one pass over the rows for every word below
     suite = names_are_suite(found.scenarios)
@@ -255,7 +257,7 @@ def site_of(found: Answer, source: str) -> Site:
         steady=tuple(_steady(found, counted)),
         notes=tuple(_notes(found, counted)),
         known_good=tuple(k for k in map(_known_good, found.known_good) if k is not None),
-        tables=tuple(support_tables(found, group_of if suite else None)),
+        tables=tuple(support_tables(found, group_of if suite else None) if tables is None else tables),
         runs=tuple(runs),
         heatmap=spec,
         rows_are="test file" if suite else "scenario",
@@ -273,7 +275,8 @@ def _requirement_why(stated: StatedRequirement) -> str:
 
 def read_site(store: Any, source: str = "") -> Site:
     """`site_of` a results file's every outcome (`harness summary`'s read); the dashboard calls it through `common.query`."""
-    return site_of(answer(store, loud=True), source or Path(str(getattr(store, "path", "results"))).name)
+    found = answer(store, loud=True)
+    return site_of(found, source or Path(str(getattr(store, "path", "results"))).name, kept_support(store))
 
 
 # -- the page ------------------------------------------------------------------------------------------

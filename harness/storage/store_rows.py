@@ -272,8 +272,7 @@ def replace_transitions(
     batch["seq"] = numpy.arange(len(listed), dtype=numpy.int32)  # the order written, whatever order DuckDB scans in
     name = f"harness_transitions_{uuid.uuid4().hex[:12]}"
     insert = (
-        f"INSERT INTO transitions ({', '.join(_TRANSITION_COLUMNS)}, seq, computed_at) "
-        f"SELECT ?, {values}, seq, ?::TIMESTAMP FROM {name}"
+        f"INSERT INTO transitions ({', '.join(_TRANSITION_COLUMNS)}, seq, computed_at) SELECT ?, {values}, seq, ?::TIMESTAMP FROM {name}"
     )
     con.execute("BEGIN TRANSACTION")
     try:

@@ -30,6 +30,17 @@ def support_of(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     return tables_from_json(kept) if kept is not None else _support_now(store)
 
 
+def kept_support(store: Any) -> tuple[SupportTable, ...] | None:
+    """The support tables the command that last wrote the file kept, while the file is as it was
+    then; else None (the caller has the answer to compute them from)."""
+    if not hasattr(store, "fetch"):  # a runner's JSON-lines shard keeps none
+        return None
+    from harness.storage import cached
+
+    kept = cached.read(store, SUPPORT, cached.state_key(store))
+    return tables_from_json(kept)[0] if kept is not None else None
+
+
 def keep_support(store: Any, found: Answer | None = None) -> bool:
     """After a command wrote the file (a read-write Store): compute the Support page's tables and
     keep them in it, under the state they were computed from (4.8 s at 20,000 tests × 20 cells,

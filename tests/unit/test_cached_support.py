@@ -138,3 +138,19 @@ def test_answers_stored_with_the_tables_keep_them_only_if_nothing_else_changed_s
             con.execute("UPDATE outcomes SET status = 'fail' WHERE rowid = (SELECT min(rowid) FROM outcomes)")
         store.replace_transitions([], scope="", keep=(publish.SUPPORT, "stale tables", read))
     assert _kept(shipped) is None
+
+
+def test_the_published_page_shows_the_kept_tables_which_are_those_it_would_compute(shipped: Path) -> None:
+    from harness.render.page import read_site, site_of
+    from harness.workflows.answering import answer
+
+    with Store(shipped, read_only=True) as store:
+        computed = site_of(answer(store, loud=True), "x")
+    publish.keep_support_of(shipped)
+    with Store(shipped, read_only=True) as store:
+        assert publish.kept_support(store) == computed.tables != ()
+        assert read_site(store, "x") == computed
+    with Store(shipped) as store:  # what it shows is what the file kept, while current
+        cached.write(store, publish.SUPPORT, cached.state_key(store), tables_to_json(computed.tables[:1], "scenario"))
+    with Store(shipped, read_only=True) as store:
+        assert read_site(store, "x").tables == computed.tables[:1]

@@ -26,7 +26,7 @@ ROWS: list[dict[str, Any]] = [
         "machine": "1x NVIDIA H200 · linux-x86_64 · Python 3.11 ✓",
         "how": None,
         "runs": ["r1"],
-        "description": "regressed in transformers 4.57.0 — with torch 2.13.0, \"peft\" 0.17.1",
+        "description": 'regressed in transformers 4.57.0 — with torch 2.13.0, "peft" 0.17.1',
     },
     {"scenario": "s", "signature": "\x1e", "axis": "peft", "kind": "fixed", "held": {}, "untested": None, "after": 7},
 ]
