@@ -385,7 +385,7 @@ def _pin_select(store: SqlResultsFile, filters: Filters, condition: str, *, stan
     # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
     cuda, version = (clauses.column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL"
-    pairs, params, outcome_where, _ = clauses.admitted_pairs(filters)
+    pairs, params, outcome_where, outcome_params = clauses.admitted_pairs(filters)
     where = " WHERE " + " AND ".join([*([outcome_where.removeprefix(" WHERE ")] if outcome_where else []), condition])
     joined = f"FROM outcomes o JOIN admitted a USING (run_id, cell_id) LEFT JOIN h USING (run_id){where}"
     outcome = (
@@ -414,7 +414,7 @@ def _pin_select(store: SqlResultsFile, filters: Filters, condition: str, *, stan
         FROM o LEFT JOIN c USING (run_id, cell_id)
         ORDER BY o.cell_id, o.scenario, o.run_id, o.repeat
         """,
-        params,
+        [*params, *outcome_params],  # the CTEs', then the outcomes' own filters
     )
 
 

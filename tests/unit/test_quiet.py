@@ -333,3 +333,23 @@ def test_a_memory_limit_that_cannot_work_is_one_line_naming_it(suite: Path, limi
         env={**os.environ, "HARNESS_DUCKDB_MEMORY": limit},
     )
     assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("held", ["nothing", "transformers", "status", "gpu"])
+def test_pin_rows_are_the_views_rows_of_the_tests_asked_for_as_the_filters_admit(suite: Path, held: str) -> None:
+    # `pin_rows` reads the table and decides the filters per (run, cell); `outcome_rows` reads the view
+    key = ("run_id", "cell_id", "scenario", "node_id", "repeat", "status", "signature", "gpu", "platform", "started_at")
+    with Store(suite, read_only=True) as store:
+        every = queries.outcome_rows(store)
+        tests = sorted({r["scenario"] for r in every})[::7]  # some of each kind: passing, failing, not run
+        oldest = min(str(r["transformers"]) for r in every)
+        filters, admits = {
+            "nothing": (None, lambda r: True),
+            "transformers": ({"transformers": [oldest]}, lambda r: r["transformers"] == oldest),
+            "status": ({"status": ["pass"]}, lambda r: r["status"] == "pass"),
+            "gpu": ({"gpu": ["NVIDIA H200"]}, lambda r: False),
+        }[held]
+        got = queries.pin_rows(store, tests, filters)
+    want = [r for r in every if r["scenario"] in set(tests) and admits(r)]
+    assert sorted(tuple(r[k] for k in key) for r in got) == sorted(tuple(r[k] for k in key) for r in want)
+    assert want or held == "gpu"
