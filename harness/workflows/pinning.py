@@ -203,10 +203,8 @@ def passing_by_machine(store: Store) -> dict[str, list[str]]:
     """machine class -> the scenarios that pass somewhere on it (what its known-good set is chosen over);
     grouped in DuckDB, so a page over 100,000 outcomes moves one row per machine and scenario."""
     # each run's machine read once from `runs`, as `outcomes_v` reads it for every outcome (2 s at 2,000,000)
-    host = (
-        "SELECT run_id, host->>'gpu' AS gpu, TRY_CAST(host->>'gpu_count' AS INTEGER) AS gpu_count, "
-        "host->>'platform' AS platform FROM runs"
-    )
+    machine = "host->>'gpu' AS gpu, TRY_CAST(host->>'gpu_count' AS INTEGER) AS gpu_count, host->>'platform' AS platform"
+    host = f"SELECT run_id, {machine} FROM runs"
     identity = "COALESCE(nullif(o.test_id, ''), o.scenario)" if clauses.identity_column(store) == "test_id" else "o.scenario"
     rows = store.fetch(
         f"SELECT DISTINCT h.gpu, h.gpu_count, h.platform, {identity} AS scenario "
