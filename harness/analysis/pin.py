@@ -413,7 +413,8 @@ def as_asked(found: PinResult, wanted: tuple[str, ...], held: set[str]) -> PinRe
     evidence = {e.scenario: e for e in found.evidence}
     stand_in = evidence.pop(STAND_IN, None)
     if stand_in is not None:
-        evidence.update({s: replace(stand_in, scenario=s) for s in held})
+        # each quiet test's evidence is the stand-in's (a constructor: `replace` 87,000 times took 0.3 s)
+        evidence.update({s: ScenarioEvidence(s, stand_in.passed, stand_in.runs) for s in held})
     return replace(found, scenarios=wanted, evidence=tuple(evidence[s] for s in wanted if s in evidence))
 
 
