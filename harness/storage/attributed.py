@@ -13,14 +13,20 @@ from harness.storage.resultsfile import SqlResultsFile
 _TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
 
 
-def transitions(store: SqlResultsFile, scope: str | None = None, signature: str | None = None) -> list[dict[str, Any]]:
-    """Stored answers (JSON columns decoded), of one scope and one signature if given, in attribution's order.
+def transitions(
+    store: SqlResultsFile, scope: str | None = None, signature: str | None = None, *, exact: bool = False
+) -> list[dict[str, Any]]:
+    """Stored answers (JSON columns decoded), of one scope and one signature if given, in attribution's order;
+    `exact`: only the exact ones (built or refined on both sides: what the Support page marks), where
+    a suite's 78,000 ranges would take seconds to decode for nothing.
 
     A file opened read-only from before migration 0003 has no table yet: no transitions.
     """
     if not store.has_table("transitions"):
         return []
     where, params = [], []
+    if exact:  # nothing between the two ends untested or inconclusive (`Transition.exact`), as stored
+        where.append("COALESCE(untested, 'null') IN ('[]', 'null') AND COALESCE(inconclusive, 'null') IN ('[]', 'null')")
     if scope is not None:
         where.append("scope = ?")
         params.append(scope)

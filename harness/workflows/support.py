@@ -100,7 +100,8 @@ def _support_now(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     from harness.storage import attributed
 
     found = answer(store, loud=True)
-    stored = [Transition.from_dict(r) for r in attributed.transitions(store, "")] if attributed.answers_current(store) else None
+    current = attributed.answers_current(store)  # the tables mark exact answers only (`support._marks`)
+    stored = [Transition.from_dict(r) for r in attributed.transitions(store, "", exact=True)] if current else None
     return _support_from(found, stored)
 
 

@@ -154,3 +154,26 @@ def test_the_published_page_shows_the_kept_tables_which_are_those_it_would_compu
         cached.write(store, publish.SUPPORT, cached.state_key(store), tables_to_json(computed.tables[:1], "scenario"))
     with Store(shipped, read_only=True) as store:
         assert read_site(store, "x").tables == computed.tables[:1]
+
+
+def test_the_tables_made_with_only_the_stored_exact_answers_are_those_made_with_every_answer(shipped: Path) -> None:
+    # `_support_now` reads the stored answers that can mark a table (exact ones), not every range
+    with Store(shipped, read_only=True) as store:
+        from harness.storage import attributed
+        from harness.workflows.answering import answer
+
+        assert attributed.answers_current(store)
+        found = answer(store, loud=True)
+        assert publish._support_now(store) == publish._support_from(found, found.transitions)
+        assert any(t.marked for t in publish._support_now(store)[0])
+
+
+def test_only_the_exact_stored_answers_are_read_where_asked(shipped: Path) -> None:
+    from harness.storage import attributed
+
+    exact = {"scenario": "a", "signature": "E", "axis": "peft", "kind": "fixed", "before": "1", "after": "2", "held": {}}
+    ranges = [{**exact, "scenario": "b", "untested": ["1.5"]}, {**exact, "scenario": "c", "inconclusive": ["1.5 (flaky 1/3)"]}]
+    with Store(shipped) as store:
+        store.replace_transitions([exact, *ranges], scope="x")
+        assert [r["scenario"] for r in attributed.transitions(store, "x")] == ["a", "b", "c"]
+        assert [r["scenario"] for r in attributed.transitions(store, "x", exact=True)] == ["a"]
