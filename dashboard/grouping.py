@@ -222,3 +222,101 @@ def name_many(names: Iterable[str], shown: int = 3) -> str:
     top = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
     more = f", … {len(groups) - shown} more" if len(groups) > shown else ""
     return f"{len(unique)} tests in {len(groups)} groups: " + ", ".join(f"{g} ({n})" for g, n in top) + more
+
+
+def word_counts(word: str) -> dict[str, int]:
+    """The counts a `group_word` says, back: `group_word(word_counts(w)) == w`.
+
+    >>> word_counts("error 1 · crash 2 · pass 5"), word_counts("")
+    ({'error': 1, 'crash': 2, 'pass': 5}, {})
+    """
+    return {status: int(n) for status, _, n in (part.rpartition(" ") for part in word.split(" · ") if part)}
+
+
+#: Past this many files, the Matrix draws the files that say the most and folds the others into a
+#: line or two (`fold`): a heatmap of 1,000 files × 20 cells is 20,000 squares, seconds for a browser to draw.
+FOLD_PAST = 60
+#: The line that folds the files whose every square is a pass (`fold`); FOLDED_MORE: the files past the limit.
+FOLDED_PASS, FOLDED_MORE = "… {n:,} file(s) pass in every cell", "… {n:,} more file(s), fewer failures"
+_PASS = Status.PASS.value
+_FAILING = frozenset(WORD_ORDER) - {s.value for s in _QUIET}
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A grid of files as the Matrix draws it past FOLD_PAST files: `grid` has the files that say the most
+    (in name order), then a line for the files that pass in every cell and one for the rest, each line
+    the sum of its files' counts; `folded` maps each line's name to its files."""
+
+    grid: Grid
+    folded: dict[str, list[str]]
+
+    @property
+    def files(self) -> int:
+        """How many files the grid's rows hold, its lines' included."""
+        return len(self.grid.frame) - len(self.folded) + sum(len(v) for v in self.folded.values())
+
+
+def is_folded(name: str) -> bool:
+    """Whether a row of the grid is a line of folded files (a file's name never starts with `…`)."""
+    return name.startswith("… ")
+
+
+def fold(files: Grid, marked: Iterable[str] = (), limit: int = FOLD_PAST) -> Fold:
+    """`files` (a grid of files, `build_grid`) with at most `limit` files drawn one row each.
+
+    A file says nothing to fold away when every square of it is a pass (its first status: skips
+    and xfails beside passes do not colour it), in every column, with no mark on it (`marked`: the
+    files a transition names). The others say something: first those whose squares differ between
+    columns (a colour changes, a column lacks it, or a mark), then those that fail the same way
+    everywhere, each by how many tests × cells fail or break, most first; past `limit`, the rest are
+    folded too. With at most `limit` files in all, nothing is folded.
+
+    >>> cols = columns([{"cell_id": "a", "torch": "1"}, {"cell_id": "b", "torch": "2"}])
+    >>> rows = [{"name": n, "cell_id": c, "tests": 2, "pass": p, "fail": 2 - p}
+    ...         for n, ps in [("x.py", (2, 2)), ("y.py", (2, 0)), ("z.py", (0, 0)), ("w.py", (2, 2))] for c, p in zip("ab", ps)]
+    >>> folded = fold(build_grid(rows, cols), limit=1)
+    >>> list(folded.grid.frame["name"])
+    ['y.py', '… 2 file(s) pass in every cell', '… 1 more file(s), fewer failures']
+    >>> list(folded.folded.values())
+    [['w.py', 'x.py'], ['z.py']]
+    >>> [str(v) for v in folded.grid.frame.iloc[1][["tests", "A", "B"]]], folded.files
+    (['4', 'pass 4', 'pass 4'], 4)
+    """
+    frame, labels = files.frame, files.labels
+    if len(frame) <= limit:
+        return Fold(files, {})
+    marks = set(marked)
+    quiet: list[str] = []
+    ranked: list[tuple[int, int, str]] = []
+    for record in frame[["name", *labels]].itertuples(index=False):
+        name, words = str(record[0]), record[1:]
+        colours = {w.partition(" ")[0] for w in words}
+        if colours == {_PASS} and name not in marks:
+            quiet.append(name)
+            continue
+        failing = sum(n for w in words for s, n in word_counts(w).items() if s in _FAILING)
+        steady = len(colours) == 1 and "" not in colours and name not in marks
+        ranked.append((int(steady), -failing, name))
+    ranked.sort()
+    shown = {name for _, _, name in ranked[:limit]}
+    folded = {}
+    if quiet:
+        folded[FOLDED_PASS.format(n=len(quiet))] = quiet
+    if len(ranked) > limit:
+        folded[FOLDED_MORE.format(n=len(ranked) - limit)] = sorted(name for _, _, name in ranked[limit:])
+    index = frame.set_index("name")
+    lines = []
+    for line, names in folded.items():
+        part = index.loc[names]
+        line_row: dict[str, Any] = {"name": line, "shown": line, "tests": int(part["tests"].sum())}
+        for label in labels:
+            summed: dict[str, int] = defaultdict(int)
+            for w in part[label]:
+                for s, n in word_counts(w).items():
+                    summed[s] += n
+            line_row[label] = group_word(summed)
+        lines.append(line_row)
+    kept = frame[frame["name"].isin(shown)]
+    out = pd.concat([kept, pd.DataFrame.from_records(lines, columns=list(frame.columns))], ignore_index=True)
+    return Fold(Grid(out, files.columns, files.totals), folded)

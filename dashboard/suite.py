@@ -131,13 +131,31 @@ def _heat_column(c: grouping.Column) -> heatmap.Column:
     return heatmap.Column(f"{c.cell_id} @ {c.gpu}" if c.gpu else c.cell_id, c.cell_id, versions, c.gpu)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _fold(
+    version: common.FileVersion, chosen: dict[str, list[str]], search: str, failing: bool, by_gpu: bool
+) -> tuple[Drawn, dict[str, list[str]]]:
+    """The file grid past FOLD_PAST files as the page draws it (`grouping.fold`): the files that say the
+    most, a line for those that pass in every cell, one for the rest; with the files each line folds."""
+    top = _grid(version, "file", chosen, search, failing, by_gpu)
+    cells = {c.cell_id for c in top.grid.columns}
+    marked = {e.row for e, _ in logic.edges_within(common.query(common.edges_if_cheap, by_file=True), cells)}
+    folded = grouping.fold(top.grid, marked, grouping.FOLD_PAST)
+    shown = folded.grid.frame.copy()
+    for label in folded.grid.labels:
+        shown[label] = shown[label].map(lambda w: [w] if w else [])
+    return Drawn(folded.grid, shown, _grid_config(folded.grid, "file"), top.matched), folded.folded
+
+
 def _heatmap(files: grouping.Grid) -> None:
-    """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell."""
+    """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell.
+    `files` may hold lines of folded files (`grouping.fold`): the marks are drawn for the rows shown only."""
     columns = [_heat_column(c) for c in files.columns]
     weighted = logic.edges_within(common.query(common.edges_if_cheap, by_file=True), {c.cell_id for c in columns})
-    edges = [e for e, _ in weighted]
+    rows = set(files.frame["name"])
+    edges = [e for e, _ in weighted if e.row in rows]
     axes = heatmap.varying(columns)
-    last = common.select_edge_axis(axes, weighted)
+    last = common.select_edge_axis(axes, weighted)  # the busiest library over every file, shown or folded
     words = {
         (column.key, str(name)): word
         for label, column in zip(files.labels, columns)
@@ -181,7 +199,28 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
     )
     st.markdown(legend, unsafe_allow_html=True)
-    _heatmap(files)
+    drawn_files, folded = top, dict[str, list[str]]()
+    if len(files.frame) > grouping.FOLD_PAST:
+        common.keep("m_every_file", False)
+        every = st.toggle(
+            f"show every file ({len(files.frame):,})",
+            key="m_every_file",
+            help=f"Past {grouping.FOLD_PAST} files the heatmap and the table draw the files that say the most and fold the "
+            "others into a line or two; this draws one row per file (seconds for the browser at 1,000 files).",
+        )
+        common.remember("m_every_file")
+        if not every:
+            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu)
+    if folded:
+        shown_files = len(drawn_files.grid.frame) - len(folded)
+        st.caption(
+            f"{shown_files:,} of {len(files.frame):,} file(s) drawn one row each: those whose outcome changes between cells "
+            "(or with a mark), then those that fail the same way everywhere, most failures first. "
+            + "; ".join(f"**{line.removeprefix('… ')}**" for line in folded)
+            + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
+            "colour is). The File box below lists every file; the search finds any test."
+        )
+    _heatmap(drawn_files.grid)
     _legend(columns)
 
     names = list(files.frame["name"])
@@ -220,15 +259,23 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         drawn, level = groups, "group"
         st.caption(f"{len(groups.grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
     else:
-        drawn, level = top, "file"
-        st.caption("One row per test file; select a row to see its classes and functions.")
+        drawn, level = drawn_files, "file"
+        st.caption(
+            "One row per test file; select a row to see its classes and functions"
+            + ("; select a line of folded files to draw every file." if folded else ".")
+        )
     grid = drawn.grid
-    event = _draw_grid(drawn, key=f"suite_grid:{level}:{file}:{group}:{flat}")
+    key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
+    event = _draw_grid(drawn, key=key)
     picked = grouping.selected(grid, event.selection)
     if not picked:
         return
     name, column = picked
-    if level == "file":
+    if level == "file" and grouping.is_folded(name):
+        st.session_state[PENDING] = {"m_every_file": True}
+        st.session_state.pop(key, None)  # folded again later, the line is not still selected
+        st.rerun()
+    elif level == "file":
         st.session_state[PENDING] = {"m_file": name, "m_group": ""}
         st.rerun()
     elif level == "group":
