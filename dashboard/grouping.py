@@ -17,6 +17,7 @@ counts into words.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -230,7 +231,13 @@ def word_counts(word: str) -> dict[str, int]:
     >>> word_counts("error 1 · crash 2 · pass 5"), word_counts("")
     ({'error': 1, 'crash': 2, 'pass': 5}, {})
     """
-    return {status: int(n) for status, _, n in (part.rpartition(" ") for part in word.split(" · ") if part)}
+    return dict(_parsed(word))
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed(word: str) -> tuple[tuple[str, int], ...]:
+    """`word_counts` as pairs, once per distinct word: a grid of 1,000 files × 20 cells repeats a few thousand words."""
+    return tuple((status, int(n)) for status, _, n in (part.rpartition(" ") for part in word.split(" · ") if part))
 
 
 #: Past this many files, the Matrix draws the files that say the most and folds the others into a
@@ -295,7 +302,7 @@ def fold(files: Grid, marked: Iterable[str] = (), limit: int = FOLD_PAST) -> Fol
         if colours == {_PASS} and name not in marks:
             quiet.append(name)
             continue
-        failing = sum(n for w in words for s, n in word_counts(w).items() if s in _FAILING)
+        failing = sum(n for w in words for s, n in _parsed(w) if s in _FAILING)
         steady = len(colours) == 1 and "" not in colours and name not in marks
         ranked.append((int(steady), -failing, name))
     ranked.sort()
@@ -313,7 +320,7 @@ def fold(files: Grid, marked: Iterable[str] = (), limit: int = FOLD_PAST) -> Fol
         for label in labels:
             summed: dict[str, int] = defaultdict(int)
             for w in part[label]:
-                for s, n in word_counts(w).items():
+                for s, n in _parsed(w):
                     summed[s] += n
             line_row[label] = group_word(summed)
         lines.append(line_row)
