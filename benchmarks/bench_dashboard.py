@@ -18,7 +18,8 @@ A test suite's results, in a real browser (issue #21: 20,000 test ids × 20 cell
 starts `streamlit run dashboard/app.py` on the file and drives Debian's chromium through
 Playwright (as tests/browser/ does). Each repeat starts a new server and a new browser profile
 and times, from `goto` until the page's data line is shown, the script run is over, no element
-is still a loading skeleton and the grid's rows are in (all checked in the page at every
+is still a loading skeleton, the grid's rows are in and the heatmap is drawn (a canvas, or an
+SVG square: a Vega view draws after its element arrives; all checked in the page at every
 animation frame, `_SHOWN`): the *server's first visit* (Python
 imports streamlit, pandas, altair; the browser downloads Streamlit's scripts), reported, not
 targeted; then, after touching the file's mtime so that every cached query and connection is
@@ -251,7 +252,7 @@ def _server(db: Path, log: Path) -> Iterator[str]:
 #: Playwright's own waits check these too, but re-check a missing element only every 500 ms
 #: once it has waited ~0.3 s: each of a step's waits ended up to half a second after its
 #: condition held, so the same page measured 1.4 s or 1.9 s at random.
-_SHOWN = """([ready, grid]) => {
+_SHOWN = """([ready, grid, chart]) => {
     const visible = (e) => {
         const box = e.getBoundingClientRect();
         return box.width > 0 && box.height > 0 && getComputedStyle(e).visibility !== 'hidden';
@@ -261,6 +262,8 @@ _SHOWN = """([ready, grid]) => {
     if (document.querySelector('[data-testid="stSkeleton"]')) return false;
     if (grid && !(document.querySelector('#glide-cell-0-0, #glide-cell-1-0')
                   && [...document.querySelectorAll('[data-testid="stDataFrame"]')].some(visible))) return false;
+    if (chart && !document.querySelector('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg .mark-rect path'))
+        return false;
     const pattern = new RegExp(ready);
     return [...document.querySelectorAll('[data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"]')]
         .some((e) => pattern.test(e.textContent.replace(/\\s+/g, ' ')) && visible(e));
@@ -269,19 +272,20 @@ _SHOWN = """([ready, grid]) => {
 _TITLED = "(title) => [...document.querySelectorAll('h1')].some((h) => h.textContent.includes(title) && h.getClientRects().length > 0)"
 
 
-def _shown(page: Any, ready: str, *, grid: bool = False) -> None:
-    """Until `ready` is shown, the run is over, nothing is a skeleton (and the grid's rows are in): see _SHOWN."""
-    page.wait_for_function(_SHOWN, arg=[ready, grid], polling="raf")
+def _shown(page: Any, ready: str, *, grid: bool = False, chart: bool = False) -> None:
+    """Until `ready` is shown, the run is over, nothing is a skeleton (and the grid's rows are in, and
+    with `chart` the heatmap's marks are drawn: a canvas, or an SVG square): see _SHOWN."""
+    page.wait_for_function(_SHOWN, arg=[ready, grid, chart], polling="raf")
 
 
-def _open(page: Any, path: str, title: str, ready: str, *, grid: bool = False) -> tuple[float, float]:
+def _open(page: Any, path: str, title: str, ready: str, *, grid: bool = False, chart: bool = False) -> tuple[float, float]:
     """Seconds from `goto` until the page's `ready` text is shown and the run is over (and, with
-    `grid`, its grid's rows are in), and until its title showed."""
+    `grid`, its grid's rows are in; with `chart`, its heatmap drawn), and until its title showed."""
     began = time.perf_counter()
     page.goto(path)
     page.wait_for_function(_TITLED, arg=title, polling="raf")
     titled = time.perf_counter() - began
-    _shown(page, ready, grid=grid)
+    _shown(page, ready, grid=grid, chart=chart)
     return time.perf_counter() - began, titled
 
 
@@ -309,7 +313,7 @@ def browser_main(db: Path, repeats: int, search: str) -> int:
                             os.utime(db)
                         page = context.new_page()
                         page.set_default_timeout(60_000)
-                        took, titled = _open(page, "/", "Matrix", r"test\(s\) in", grid=True)
+                        took, titled = _open(page, "/", "Matrix", r"test\(s\) in", grid=True, chart=True)
                         times[step].append(took)
                         if step == "matrix: first render":
                             times["  of which to the page title"].append(titled)
@@ -319,7 +323,7 @@ def browser_main(db: Path, repeats: int, search: str) -> int:
                     box.fill(search)
                     began = time.perf_counter()
                     box.press("Enter")
-                    _shown(page, f"matching {re.escape(search)}", grid=True)
+                    _shown(page, f"matching {re.escape(search)}", grid=True, chart=True)
                     times["search"].append(time.perf_counter() - began)
                     matched = page.get_by_text(re.compile(r"test\(s\) matching")).first.inner_text()
                     times["failures"].append(_open(page, "/failures", "Failures", r"failure signature\(s\)")[0])
