@@ -110,7 +110,10 @@ def test_the_files_that_pass_everywhere_are_one_line(tab: Any, screenshots: Path
     tab.get_by_text(re.compile(r"600 test\(s\) matching TestA in 150 file\(s\)")).wait_for()
     grid_rows(tab, 16, "tests/test_mod000.py")
 
-    tab.get_by_text("show every file (150)").click()
+    grid = tab.locator('[data-testid="stDataFrame"]:visible').first
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    tab.mouse.click(box["x"] + 150, box["y"] + 35 + 35 * 15 + 17)  # select the line (row 15, after a 35 px header)
     settle(tab)
     # where the line was, the next file (the grid shows ~17 rows at a time: its mirror holds those)
     tab.wait_for_function("() => (document.getElementById('glide-cell-0-15') || {}).textContent === 'tests/test_mod015.py'")
@@ -118,3 +121,10 @@ def test_the_files_that_pass_everywhere_are_one_line(tab: Any, screenshots: Path
     assert [r[0] for r in rows] == [f"tests/test_mod{f:03d}.py" for f in range(16)]
     drawn = heatmap_rows(tab)
     assert LINE not in drawn and {f"tests/test_mod{f:03d}.py" for f in range(FILES)} <= drawn
+    assert tab.locator('label:has-text("show every file (150)") input').is_checked()  # the line turned the toggle on
+
+    tab.get_by_text("show every file (150)").click()  # folded again: the line is not still selected
+    settle(tab)
+    tab.wait_for_function(f"() => (document.getElementById('glide-cell-0-15') || {{}}).textContent === {LINE!r}")
+    assert LINE in heatmap_rows(tab)
+    assert tab.get_by_role("combobox", name="File", exact=True).input_value() == "every file (150)"  # the click chose no file
