@@ -242,7 +242,12 @@ def _known_good(known: Mapping[str, KnownGoodSet], row: Mapping[str, Any], scena
 
 # -- the two reports -------------------------------------------------------------------------
 def example_of(
-    signature: str, rows: Iterable[Mapping[str, Any]], transitions: Iterable[Mapping[str, Any]] = (), lead: str = ""
+    signature: str,
+    rows: Iterable[Mapping[str, Any]],
+    transitions: Iterable[Mapping[str, Any]] = (),
+    lead: str = "",
+    *,
+    ordered: Sequence[str] | None = None,
 ) -> Mapping[str, Any]:
     """The outcome a signature report shows and reproduces: of the scenario (or test) that leads
     (`lead`, else the one failing in most cells, then the clearest contrast), the newest failing
@@ -251,7 +256,7 @@ def example_of(
     hits = [r for r in rows if r["status"] in FAILURES and (r.get("signature") or r["status"]) == signature]
     if not hits:
         raise ValueError(f"no failing outcome has the signature {signature!r}")
-    scenarios = _ordered(signature, rows, hits, lead)
+    scenarios = _ordered(signature, rows, hits, lead) if ordered is None else ordered  # `ordered`: the caller's, worked out once
     primary = [r for r in hits if r["scenario"] == scenarios[0]]
     library, _ = blamed(hits, signature, [t for t in transitions if t.get("signature", signature) == signature])
     order = [library, *axis_sort(installed(primary[0]))] if library else axis_sort(installed(primary[0]))
@@ -369,7 +374,7 @@ def render_signature_report(
     relevant = [r for r in rows if r["scenario"] in named]
     library, why = blamed(hits, signature, moves)
     libs = tuple(dict.fromkeys([*DEFAULT_LIBRARIES, *(a for c in grouped.values() for a in c.versions)]))
-    example = example_of(signature, rows, moves, lead)
+    example = example_of(signature, rows, moves, lead, ordered=scenarios)
     trace = _trace(example)
     versions = installed(example)
     headline = exception_line(example)
