@@ -232,14 +232,22 @@ class _Encoded:
         self._seen: dict[Any, str] = {}
 
     def __call__(self, value: Any) -> str:
-        try:
-            key = (type(value), tuple(value.items()) if isinstance(value, dict) else tuple(value) if isinstance(value, list) else value)
-            text = self._seen.get(key)
-        except TypeError:  # a nested or unhashable value: encoded each time
+        if value is None:
+            return "null"
+        # only text is kept by value: 1, 1.0 and True are equal keys that encode apart
+        if isinstance(value, list) and set(map(type, value)) <= _TEXT:
+            key: tuple[Any, ...] = (list, *value)
+        elif isinstance(value, dict) and set(map(type, value.values())) <= _TEXT:
+            key = (dict, *value.items())
+        else:
             return json.dumps(value)
+        text = self._seen.get(key)
         if text is None:
             text = self._seen[key] = json.dumps(value)
         return text
+
+
+_TEXT = {str}
 
 
 def _column(rows: Sequence[dict[str, Any]], name: str, encoded: _Encoded) -> list[str | None]:

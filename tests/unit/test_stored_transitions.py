@@ -29,6 +29,9 @@ ROWS: list[dict[str, Any]] = [
         "description": 'regressed in transformers 4.57.0 — with torch 2.13.0, "peft" 0.17.1',
     },
     {"scenario": "s", "signature": "\x1e", "axis": "peft", "kind": "fixed", "held": {}, "untested": None, "after": 7},
+    # equal values of other types encode apart (a memo keyed by value alone would give "[1]" for [True])
+    {"scenario": "t", "signature": "", "axis": "peft", "kind": "fixed", "held": {"a": "1"}, "untested": [1], "runs": [True]},
+    {"scenario": "u", "signature": "", "axis": "peft", "kind": "fixed", "held": {"a": 1}, "untested": [True], "runs": [1.0]},
 ]
 
 
@@ -42,9 +45,9 @@ def _stored(db: Path) -> list[dict[str, Any]]:
 def test_transitions_read_back_as_written(tmp_path: Path) -> None:
     db = tmp_path / "r.duckdb"
     with Store(db) as store:
-        assert store.replace_transitions([{**r, "scope": "ignored"} for r in ROWS], scope="run-1") == 2
+        assert store.replace_transitions([{**r, "scope": "ignored"} for r in ROWS], scope="run-1") == len(ROWS)
     stored = _stored(db)
-    assert [r["seq"] for r in stored] == [0, 1]
+    assert [r["seq"] for r in stored] == list(range(len(ROWS)))
     for row, got in zip(ROWS, stored):
         assert got["scope"] == "run-1"
         for column in ("scenario", "signature", "signature_family", "axis", "kind", "before", "after", "machine", "how", "description"):
@@ -59,6 +62,6 @@ def test_replacing_a_scope_keeps_the_others(tmp_path: Path) -> None:
     db = tmp_path / "r.duckdb"
     with Store(db) as store:
         store.replace_transitions(ROWS, scope="")
-        store.replace_transitions(ROWS[1:], scope="run-2")
+        store.replace_transitions(ROWS[1:2], scope="run-2")
         store.replace_transitions(ROWS[:1], scope="")
     assert sorted((r["scope"], r["scenario"]) for r in _stored(db)) == [("", ROWS[0]["scenario"]), ("run-2", "s")]
