@@ -457,7 +457,7 @@ def detail(cell_id: str, test: str) -> None:
 def compare(a: str, b: str) -> None:
     """Which tests differ between two cells: per class, then the tests (at most LIMIT)."""
     search, _ = search_controls(failing=False)
-    diff = common.query(pages.test_diff, a, b, search, limit=LIMIT)
+    diff = common.query(suites.test_diff, a, b, search, limit=LIMIT)
     st.caption(f"{diff['differ']:,} of {diff['tests']:,} test(s) differ, in {len(diff['groups']):,} class(es) or function(s).")
     if not diff["differ"]:
         return

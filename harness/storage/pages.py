@@ -9,7 +9,6 @@ over 100,000 outcomes moves thousands of rows into Python, not 100,000.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from harness.analysis.rows import AXIS_ORDER
@@ -270,42 +269,3 @@ def newest_host(store: SqlResultsFile) -> list[dict[str, Any]]:
         FROM newest n LEFT JOIN runs r USING (run_id)
         """
     )
-
-
-def test_diff(store: SqlResultsFile, a: str, b: str, search: str = "", *, limit: int = 500) -> dict[str, Any]:
-    """`suites.test_diff` (the tests whose worst status or signature differs between cells `a` and
-    `b`: `tests`, `differ`, `groups`, `rows`), its per-test comparison computed once into a temp
-    table and then counted, grouped and listed from it, where `suites.test_diff` computes it for
-    each of the three (1 s each over two cells of a 100,000-test suite). The same SQL."""
-    from harness.storage import suites
-
-    where, params = suites._test_where({"cell_id": [a, b]}, search)
-    differs = '"A" <> "B" OR "A signature" <> "B signature"'
-    identity = clauses.identity_column(store)
-    table = f"harness_diff_{uuid.uuid4().hex[:12]}"
-    with store.reading():  # the temp table lives on one connection
-        store.fetch(
-            f"""
-            CREATE TEMP TABLE {table} AS
-            WITH t AS (
-                SELECT {identity} AS test, scenario AS node, {suites._LEVELS["group"]} AS grp, cell_id, {suites._WORST} AS worst,
-                       COALESCE(mode(signature) FILTER (WHERE signature <> '' AND status IN ({clauses.FAILING})), '') AS signature
-                FROM outcomes_v{where} GROUP BY ALL
-            )
-            SELECT COALESCE(any_value(node) FILTER (WHERE cell_id = ?), any_value(node)) AS scenario, grp,
-                   COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "A",
-                   COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "B",
-                   COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "A signature",
-                   COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "B signature"
-            FROM t GROUP BY test, grp
-            """,
-            [*params, a, a, b, a, b],
-        )
-        try:
-            tests = store.fetch(f"SELECT count(*) AS n, count(*) FILTER ({differs}) AS differ FROM {table}")[0]
-            groups = store.fetch(f'SELECT grp AS "group", count(*) AS tests FROM {table} WHERE {differs} GROUP BY 1 ORDER BY 2 DESC, 1')
-            shown = 'scenario, "A", "B", "A signature", "B signature"'
-            rows = store.fetch(f"SELECT {shown} FROM {table} WHERE {differs} ORDER BY scenario LIMIT {int(limit)}")
-        finally:
-            store.fetch(f"DROP TABLE IF EXISTS {table}")
-    return {"tests": int(tests["n"]), "differ": int(tests["differ"] or 0), "groups": groups, "rows": rows}

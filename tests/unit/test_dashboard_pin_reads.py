@@ -1,7 +1,8 @@
 """The Pin and Compare pages' faster reads (harness/storage/pages.py) against the reads they replace:
 `pages.test_pass_counts` against `suites.test_pass_counts` (its shortcut, one outcome per test and
 cell, and its fallback), `pages.newest_host` against `pinning.newest_machine_of`, and
-`pages.test_diff` against `suites.test_diff`: a table of cases, each the same rows."""
+`suites.test_diff` (its comparison computed once, into a table) against the three reads it made
+before (`_diff_as_before`): a table of cases, each the same rows."""
 
 from __future__ import annotations
 
@@ -113,4 +114,34 @@ def test_the_pin_page_reads_say_what_the_old_reads_say(tmp_path: Path, case: str
         for a, b in [(x, y) for x in cells for y in cells if x != y] + [("A", "nowhere")]:
             for search in ("", "test_a", "T::"):
                 for limit in (1, 500):
-                    assert pages.test_diff(store, a, b, search, limit=limit) == suites.test_diff(store, a, b, search, limit=limit)
+                    assert suites.test_diff(store, a, b, search, limit=limit) == _diff_as_before(store, a, b, search, limit)
+
+
+def _diff_as_before(store: Store, a: str, b: str, search: str, limit: int) -> dict[str, Any]:
+    """`suites.test_diff` as it read before: the per-test comparison worked out in each of its three reads."""
+    from harness.storage import clauses
+
+    where, params = suites._test_where({"cell_id": [a, b]}, search)
+    differs = '"A" <> "B" OR "A signature" <> "B signature"'
+    base = f"""
+        WITH t AS (
+            SELECT {clauses.identity_column(store)} AS test, scenario AS node, {suites._LEVELS["group"]} AS grp, cell_id,
+                   {suites._WORST} AS worst,
+                   COALESCE(mode(signature) FILTER (WHERE signature <> '' AND status IN ({clauses.FAILING})), '') AS signature
+            FROM outcomes_v{where} GROUP BY ALL
+        ),
+        d AS (
+            SELECT COALESCE(any_value(node) FILTER (WHERE cell_id = ?), any_value(node)) AS scenario, grp,
+                   COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "A",
+                   COALESCE(any_value(worst) FILTER (WHERE cell_id = ?), '—') AS "B",
+                   COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "A signature",
+                   COALESCE(any_value(signature) FILTER (WHERE cell_id = ?), '') AS "B signature"
+            FROM t GROUP BY test, grp
+        )
+    """
+    both = [*params, a, a, b, a, b]
+    tests = store.fetch(base + f"SELECT count(*) AS n, count(*) FILTER ({differs}) AS differ FROM d", both)[0]
+    groups = store.fetch(base + f'SELECT grp AS "group", count(*) AS tests FROM d WHERE {differs} GROUP BY 1 ORDER BY 2 DESC, 1', both)
+    shown = 'scenario, "A", "B", "A signature", "B signature"'
+    rows = store.fetch(base + f"SELECT {shown} FROM d WHERE {differs} ORDER BY scenario LIMIT {int(limit)}", both)
+    return {"tests": int(tests["n"]), "differ": int(tests["differ"] or 0), "groups": groups, "rows": rows}
