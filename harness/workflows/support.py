@@ -24,21 +24,24 @@ SUPPORT = "support"
 def support_of(store: Any) -> tuple[tuple[SupportTable, ...], str]:
     """The dashboard's Support page: (the support tables, what a row is), as the command that last
     wrote the file kept them (`keep_support`) while the file is as it was then, else computed."""
-    from harness.storage import cached  # DuckDB: only where a results file is read
-
-    kept = cached.read(store, SUPPORT, cached.state_key(store))
-    return tables_from_json(kept) if kept is not None else _support_now(store)
+    kept = _kept(store)
+    return kept if kept is not None else _support_now(store)
 
 
 def kept_support(store: Any) -> tuple[SupportTable, ...] | None:
     """The support tables the command that last wrote the file kept, while the file is as it was
     then; else None (the caller has the answer to compute them from)."""
+    kept = _kept(store)
+    return kept[0] if kept is not None else None
+
+
+def _kept(store: Any) -> tuple[tuple[SupportTable, ...], str] | None:
     if not hasattr(store, "fetch"):  # a runner's JSON-lines shard keeps none
         return None
-    from harness.storage import cached
+    from harness.storage import cached  # DuckDB: only where a results file is read
 
     kept = cached.read(store, SUPPORT, cached.state_key(store))
-    return tables_from_json(kept)[0] if kept is not None else None
+    return tables_from_json(kept) if kept is not None else None
 
 
 def keep_support(store: Any, found: Answer | None = None) -> bool:
