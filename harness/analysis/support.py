@@ -94,17 +94,37 @@ class SupportTable:
         return sum(1 for e in self.entries.values() if e.mark)
 
 
-def _cells_by_id(
-    cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]],
-) -> dict[tuple[str, str], tuple[CellFacts, list[Mapping[str, Any]]]]:
-    """(machine class, cell id) -> its facts and every row of it (one cell runs in several runs: one CellFacts per run)."""
-    out: dict[tuple[str, str], tuple[CellFacts, list[Mapping[str, Any]]]] = {}
+@dataclass(frozen=True)
+class LineCell:
+    """A cell of a machine class (its first run's facts, every run's rows): its id, its axes' values, its machine."""
+
+    cell_id: str
+    values: Mapping[str, str]
+    machine: str  # `Machine.label()`: the machine an answer marked on it names
+
+
+@dataclass(frozen=True)
+class Line:
+    """One table's line: a machine class's cells that differ from its known-good cell in `library` alone, in reading order."""
+
+    machine: str
+    library: str
+    known_good: str  # the library's release in the known-good set
+    cells: tuple[LineCell, ...]
+
+
+def _cells_by_id(cells: Mapping[CellFacts, Sequence[Mapping[str, Any]]]) -> dict[tuple[str, str], LineCell]:
+    """(machine class, cell id) -> the cell, from its first run's facts (one cell runs in several runs: one CellFacts per run)."""
+    out: dict[tuple[str, str], LineCell] = {}
     for facts, rows in cells.items():
-        if not rows:
-            continue
-        key = (facts.machine_class, str(rows[0]["cell_id"]))
-        out.setdefault(key, (facts, []))[1].extend(rows)
+        if rows:
+            cell_id = str(rows[0]["cell_id"])
+            out.setdefault((facts.machine_class, cell_id), line_cell(cell_id, facts))
     return out
+
+
+def line_cell(cell_id: str, facts: CellFacts) -> LineCell:
+    return LineCell(cell_id, _values(facts), facts.machine.label())
 
 
 def _values(facts: CellFacts) -> dict[str, str]:
@@ -144,44 +164,97 @@ def _marks(transitions: Iterable[Transition], library: str, line: set[str], mach
     return found
 
 
-def _table(
-    known: KnownGoodSet,
-    library: str,
-    line: Sequence[tuple[CellFacts, list[Mapping[str, Any]]]],
-    found: Answer,
+@dataclass(frozen=True)
+class Chosen:
+    """A machine class's known-good cell (`KnownGoodSet`, or the same choice made in DuckDB): what a line is drawn through."""
+
+    machine: str
+    cell_id: str  # the first of the set's cells
+    versions: Mapping[str, str]
+
+    @classmethod
+    def of(cls, known: KnownGoodSet) -> Chosen | None:
+        if not known.result.found:
+            return None
+        return cls(known.machine, known.result.cell_ids[0], dict(known.result.versions))
+
+
+def lines_of(chosen: Iterable[Chosen | None], cells: Mapping[tuple[str, str], LineCell]) -> list[Line]:
+    """One line per machine class with a known-good set and per library (axis), in reading order;
+    `cells`: (machine class, cell id) -> the cell, in the order the cells were read."""
+    out = []
+    for known in chosen:
+        at = cells.get((known.machine, known.cell_id)) if known is not None else None
+        if known is None or at is None:
+            continue
+        good = at.values
+        mine = [cell for (machine, _), cell in cells.items() if machine == known.machine]
+        for library in axis_sort(good):
+            line = tuple(c for c in mine if library in c.values and all(c.values.get(a) == v for a, v in good.items() if a != library))
+            out.append(Line(known.machine, library, known.versions.get(library, ""), line))
+    return out
+
+
+#: (row, cell id) -> how many outcomes of each status: a line's squares before they are folded.
+Counts = Mapping[tuple[str, str], Mapping[str, int]]
+
+
+def table_of(
+    line: Line,
+    counts: Counts,
+    releases: Mapping[str, Sequence[str]],
+    transitions: Iterable[Transition],
     group: Callable[[str], str],
-    transitions: Sequence[Transition] | None,
 ) -> SupportTable:
-    held_at = _values(line[0][0])  # any cell of the line: they differ only in `library`
-    by_value = {_values(facts)[library]: str(rows[0]["cell_id"]) for facts, rows in line}
-    columns = _columns(by_value, found.releases.get(library, ()))
+    """One line's table from its cells' outcomes counted by (row, cell) (`counts`: the line's cells'
+    and any others'), and the answers to mark (`group` maps a marked answer's scenario to its row)."""
+    library = line.library
+    held_at = line.cells[0].values  # any cell of the line: they differ only in `library`
+    by_value = {c.values[library]: c.cell_id for c in line.cells}
+    columns = _columns(by_value, releases.get(library, ()))
     index = {c.cell_id: i for i, c in enumerate(columns) if c.built}
-    counts: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
-    quiet = by_group(found.quiet, group)  # a stand-in row is a pass of each quiet test (`analysis.quiet`)
-    named: dict[str, str] = {}  # scenario -> its row: `group` once per test, not once per outcome
-    for _, rows in line:
-        for row in rows:
-            scenario = str(row["scenario"])
-            cell = index[str(row["cell_id"])]
-            if scenario == STAND_IN:
-                for name, n in quiet.items():
-                    counts[(name, cell)][Status.PASS.value] += n
-                continue
-            shown = named.get(scenario)
-            if shown is None:
-                shown = named[scenario] = group(scenario)
-            counts[(shown, cell)][str(row["status"])] += 1
-    marks = _marks(found.transitions if transitions is None else transitions, library, set(index), line[0][0].machine.label())
+    mine = {c.cell_id for c in line.cells}
+    words: dict[frozenset[tuple[str, int]], Entry] = {}  # a suite's 30,000 squares hold a few distinct counts
+    entries: dict[tuple[str, int], Entry] = {}
+    for (row, cell_id), n in counts.items():
+        if cell_id in mine:  # one cell a column: a column's release ran in one cell of the line
+            seen = frozenset(n.items())
+            word = words.get(seen)
+            if word is None:
+                word = words[seen] = Entry(fold(n))
+            entries[(row, index[cell_id])] = word
+    rows_shown = tuple(sorted({r for r, _ in entries}))  # the rows with outcomes, before any mark is added
+    marks = _marks(transitions, library, set(index), line.cells[0].machine)
     at = {c.release: i for i, c in enumerate(columns) if c.built}
-    entries = {key: Entry(fold(n)) for key, n in counts.items()}
     for (scenario, after), t in marks.items():
         if after not in at:
             continue  # an answer between two commits of a git build (`refine --git`): no release column to mark
         key = (group(scenario), at[after])
         entries[key] = Entry(entries.get(key, Entry()).word, t.headline(), t.kind)
-    rows_shown = tuple(sorted({r for r, _ in counts}))
     held = tuple((a, held_at[a]) for a in axis_sort(held_at) if a != library)
-    return SupportTable(known.machine, library, held, dict(known.result.versions).get(library, ""), tuple(columns), rows_shown, entries)
+    return SupportTable(line.machine, library, held, line.known_good, tuple(columns), rows_shown, entries)
+
+
+def _counts(found: Answer, machine: str, cells: set[str], group: Callable[[str], str]) -> dict[tuple[str, str], Counter[str]]:
+    """(row, cell id) -> its outcomes by status, of the rows read on one machine class in `cells`;
+    a stand-in row is a pass of each quiet test (`analysis.quiet`)."""
+    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    quiet = by_group(found.quiet, group)
+    named: dict[str, str] = {}  # scenario -> its row: `group` once per test, not once per outcome
+    for facts, rows in found.cells.items():
+        if facts.machine_class != machine or not rows or str(rows[0]["cell_id"]) not in cells:
+            continue
+        for row in rows:
+            scenario = str(row["scenario"])
+            if scenario == STAND_IN:
+                for name, n in quiet.items():
+                    counts[(name, str(row["cell_id"]))][Status.PASS.value] += n
+                continue
+            shown = named.get(scenario)
+            if shown is None:
+                shown = named[scenario] = group(scenario)
+            counts[(shown, str(row["cell_id"]))][str(row["status"])] += 1
+    return counts
 
 
 def support_tables(
@@ -192,24 +265,14 @@ def support_tables(
     `group` maps a row's scenario to the table's row (a suite's test group); by default each scenario is a row.
     `transitions`: the answers to mark, when stored ones are at hand (default: `found`'s, attributed now).
     """
-    by_id = _cells_by_id(found.cells)
-    tables = []
-    for known in found.known_good:
-        if not known.result.found:
-            continue
-        chosen = by_id.get((known.machine, known.result.cell_ids[0]))
-        if chosen is None:
-            continue
-        good = _values(chosen[0])
-        mine = [cell for (machine, _), cell in by_id.items() if machine == known.machine]
-        for library in axis_sort(good):
-            line = [
-                (facts, rows)
-                for facts, rows in mine
-                if library in _values(facts) and all(_values(facts).get(a) == v for a, v in good.items() if a != library)
-            ]
-            tables.append(_table(known, library, line, found, group or (lambda s: s), transitions))
-    return tables
+    grouping = group or (lambda s: s)
+    lines = lines_of(map(Chosen.of, found.known_good), _cells_by_id(found.cells))
+    wanted: dict[str, set[str]] = defaultdict(set)  # machine class -> the cells its lines hold
+    for line in lines:
+        wanted[line.machine].update(c.cell_id for c in line.cells)
+    counts = {machine: _counts(found, machine, cells, grouping) for machine, cells in wanted.items()}
+    marked = (found.transitions if transitions is None else transitions) if lines else ()
+    return [table_of(line, counts[line.machine], found.releases, marked, grouping) for line in lines]
 
 
 # -- kept in the results file (storage/cached.py): the tables as JSON and back, unchanged ----------

@@ -1,0 +1,296 @@
+"""The Support page's tables decided in DuckDB (#48): each machine class's known-good cell, the
+outcomes of its lines' cells counted by (row, cell, status), and the exact answers a table marks.
+
+`workflows.support` read every loud row into Python for them (`answering.answer`), chose each
+class's known-good set there (`analysis.knowngood`) and counted the lines' squares (6.7 s at
+2,000,000 outcomes). Here the same decisions are aggregates of table `outcomes`:
+
+- **the known-good cell** (`known_good`): a class's *wanted* tests pass somewhere on it; a
+  *candidate* is a set of its (run, cell)s with one installed freeze (`Candidate`); a wanted test
+  is *missed* in a candidate where a row of it there did not pass or is flaky across runs, or
+  where it has no row and was not merely not collected (`Candidate._absent`). `drop_order` then
+  drops the test missed in the most candidates (the first by name on a tie) until a candidate
+  misses none. While no (run, cell) loses every wanted row to a drop, each test's count stays as
+  it started, so the drops are the tests ranked by (count desc, name) up to the first rank at
+  which some candidate has lost all its misses: one query. Where that does not hold (a cell
+  left with no row, a dropped file that kept tests from being collected, fewer than two tests
+  left, more than 64 (run, cell)s) the answer is None and the caller decides in Python, as before.
+- **the squares** (`square_counts`): a line cell's outcomes by (row, status), the row a test or
+  its group (`rows.group_of`, stated in SQL as `_GROUP`).
+- **the marks** (`line_transitions`): the stored exact answers between two cells of a line.
+
+Every rule is held to its Python original by tests of tables of cases (tests/unit/test_support_sql_*.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness.analysis.rows import GRID_ROWS
+from harness.analysis.status import FAILURES, Status
+from harness.storage import clauses
+from harness.storage.resultsfile import SqlResultsFile
+
+#: A (run, cell) is one bit of a test's mask (`known_good`): more of them, and Python decides.
+MAX_PAIRS = 64
+
+#: `rows.group_of` of `{t}` (a test's identity): its text up to the second `::` (file::Class),
+#: else up to the first (its file); a scenario (no `::`) is its own group.
+_GROUP = (
+    "CASE WHEN strpos({t}, '::') > 0 AND strpos(substr({t}, strpos({t}, '::') + 2), '::') > 0 "
+    "THEN substr({t}, 1, strpos({t}, '::') + strpos(substr({t}, strpos({t}, '::') + 2), '::')) "
+    "ELSE split_part({t}, '::', 1) END"
+)
+
+#: Statuses of a file's (or paths') row that kept its tests from being collected (`candidates.breaks_collection`).
+_BREAKS = ", ".join(f"'{s.value}'" for s in sorted({*FAILURES, Status.INCONCLUSIVE}, key=lambda s: s.value))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A (run, cell) with outcomes: its machine class and its candidate (None: no installed versions)."""
+
+    run_id: str
+    cell_id: str
+    machine: str
+    candidate: int | None
+
+
+@dataclass(frozen=True)
+class KnownGood:
+    """`known_good`'s answer: per machine class with a wanted test, its choice; and whether the
+    file's tests are a suite's (`rows.names_are_suite` of every identity), from the same read."""
+
+    classes: dict[str, Misses]
+    suite: bool
+
+
+@dataclass(frozen=True)
+class Misses:
+    """One machine class's known-good choice as DuckDB worked it out (`known_good`)."""
+
+    wanted: int  # tests that pass somewhere on the class
+    last: dict[int, int]  # joined candidate -> the rank of its last missed test (0: misses none)
+    stop: int  # how many tests are dropped: the least `last`
+    joined: dict[int, tuple[str, ...]]  # joined candidate -> the cell ids of its (run, cell)s with a wanted row
+
+
+def identity(store: SqlResultsFile, alias: str = "") -> str:
+    """A test's identity across the suite's releases in table `outcomes` (`rows.as_tests`, as `outcomes_v` reads it)."""
+    if "test_id" in clauses.columns(store, "outcomes"):
+        return f"COALESCE(nullif({alias}test_id, ''), {alias}scenario)"
+    return f"{alias}scenario"
+
+
+def cell_rows(store: SqlResultsFile) -> list[dict[str, Any]]:
+    """One row of `outcomes_v` per (run, cell) with outcomes (its cell's and run's columns), in
+    the order `rows.by_cell` meets them in a read of every row: by cell, then by the first outcome
+    of each of its runs (asked only of a cell that ran in several)."""
+    # any outcome of a (run, cell) carries its columns: the first stored, found without reading a test's name
+    one = "SELECT run_id, cell_id, scenario, repeat FROM outcomes WHERE rowid IN (SELECT min(rowid) FROM outcomes GROUP BY run_id, cell_id)"
+    rows = store.fetch(f"SELECT v.* FROM outcomes_v v SEMI JOIN ({one}) one USING (run_id, cell_id, scenario, repeat)")
+    runs: dict[str, int] = {}
+    for row in rows:
+        runs[str(row["cell_id"])] = runs.get(str(row["cell_id"]), 0) + 1
+    again = sorted(c for c, n in runs.items() if n > 1)
+    first: dict[tuple[str, str], tuple[Any, ...]] = {}
+    if again:
+        marks = ", ".join("?" for _ in again)
+        sql = f"SELECT run_id, cell_id, min((scenario, repeat)) AS first FROM outcomes WHERE cell_id IN ({marks}) GROUP BY ALL"
+        for r in store.fetch(sql, again):
+            value = r["first"]  # a struct: a dict, or a tuple where DuckDB did not name its fields
+            first[(str(r["run_id"]), str(r["cell_id"]))] = tuple(value.values()) if isinstance(value, dict) else tuple(value)
+    at = {(str(r["run_id"]), str(r["cell_id"])): r for r in rows}
+    return [at[k] for k in sorted(at, key=lambda k: (k[1], *first.get(k, ("", 0)), k[0]))]
+
+
+@contextmanager
+def _temp(store: SqlResultsFile, names: Sequence[str]) -> Iterator[dict[str, str]]:
+    """Temporary tables of one read, by name, unique to it (the dashboard's threads share a connection); dropped after."""
+    tag = uuid.uuid4().hex[:12]
+    tables = {name: f"harness_support_{name}_{tag}" for name in names}
+    try:
+        yield tables
+    finally:
+        for table in tables.values():
+            store.fetch(f"DROP TABLE IF EXISTS {table}")
+
+
+def _values(pairs: Sequence[Pair]) -> tuple[str, list[Any]]:
+    """`pairs` as a VALUES list (run_id, cell_id, machine, candidate, pair) and its parameters."""
+    marks = ", ".join("(?, ?, ?, ?::INTEGER, ?::INTEGER)" for _ in pairs)
+    params = [v for i, p in enumerate(pairs) for v in (p.run_id, p.cell_id, p.machine, p.candidate, i)]
+    return f"(VALUES {marks}) AS p(run_id, cell_id, machine, cand, pair)", params
+
+
+def known_good(store: SqlResultsFile, pairs: Sequence[Pair]) -> KnownGood | None:
+    """Per machine class with a wanted test: its candidates' misses and how many tests are dropped
+    (see the module docstring); None where the drops could depend on more than that (Python decides)."""
+    if not pairs or len(pairs) > MAX_PAIRS:
+        return None
+    with store.reading(), _temp(store, ["p", "t", "np", "miss", "ranked"]) as tmp:
+        values, params = _values(pairs)
+        store.fetch(f"CREATE TEMP TABLE {tmp['p']} AS SELECT * FROM {values}", params)
+        _tests(store, tmp)
+        _missed(store, tmp)
+        found = _choices(store, tmp, pairs)
+        if found is None or not _safe(store, tmp, {m: c.stop for m, c in found.items()}):
+            return None
+        row = store.fetch(f"SELECT count(DISTINCT test) AS n, bool_or(contains(test, '::')) AS node FROM {tmp['t']}")[0]
+        return KnownGood(found, int(row["n"]) > GRID_ROWS and bool(row["node"]))
+
+
+def _tests(store: SqlResultsFile, tmp: dict[str, str]) -> None:
+    """Each class's tests: whether one passed there, and in which (run, cell)s it has rows (a bit
+    each); and the rows that did not pass, or are flaky across runs (the few that say something)."""
+    test, p = identity(store, "o."), tmp["p"]
+    store.fetch(
+        f"CREATE TEMP TABLE {tmp['t']} AS SELECT p.machine, {test} AS test, bool_or(o.status = 'pass') AS passed, "
+        f"bit_or(1::UBIGINT << p.pair) AS mask FROM outcomes o JOIN {p} p USING (run_id, cell_id) GROUP BY ALL"
+    )
+    flaky = ""
+    if store.has_table("flaky"):  # a flaky test's rows are no clean pass (`Candidate.clean`), whatever their status
+        flaky = (
+            f"UNION ALL SELECT p.machine, p.cand, p.pair, f.test, 'flaky' FROM flaky f JOIN {p} p USING (run_id, cell_id) "
+            f"JOIN {tmp['t']} t ON t.machine = p.machine AND t.test = f.test WHERE (t.mask >> p.pair) & 1 = 1"
+        )
+    store.fetch(
+        f"CREATE TEMP TABLE {tmp['np']} AS SELECT p.machine, p.cand, p.pair, {test} AS test, o.status "
+        f"FROM outcomes o JOIN {p} p USING (run_id, cell_id) WHERE o.status <> 'pass' {flaky}"
+    )
+
+
+#: The (class, candidate, test) a wanted test is missed in (`Candidate.passes`, negated): a row of it
+#: there did not pass; or it has none there, and it is no node id, or what would have collected it
+#: failed there (`Candidate._absent`, `candidates._covers`: a failed file, folder or paths of the
+#: class's tests that pass nowhere on it).
+_MISSED = """
+    CREATE TEMP TABLE {miss} AS
+    WITH w AS (SELECT machine, test, mask FROM {t} WHERE passed),
+    cands AS (  -- the candidates some wanted row joined, with the (run, cell)s of each
+        SELECT machine, cand, bit_or(1::UBIGINT << pair) AS mask FROM {p} WHERE cand IS NOT NULL GROUP BY ALL
+    ),
+    every AS (SELECT machine, bit_or(mask) AS mask FROM w GROUP BY ALL),
+    joined AS (SELECT c.machine, c.cand, c.mask FROM cands c JOIN every e USING (machine) WHERE e.mask & c.mask <> 0),
+    everywhere AS (SELECT machine, bit_or(mask) AS mask FROM joined GROUP BY ALL),
+    parts AS (  -- what kept tests from being collected in each candidate, each of its paths
+        SELECT DISTINCT n.machine, n.cand, s.part FROM {np} n ANTI JOIN w USING (machine, test),
+        unnest(string_split(n.test, ' ')) AS s(part)
+        WHERE n.cand IS NOT NULL AND NOT contains(n.test, '::') AND n.status IN ({breaks})
+    ),
+    failed AS (SELECT DISTINCT n.machine, n.cand, n.test FROM {np} n SEMI JOIN w USING (machine, test) WHERE n.cand IS NOT NULL),
+    absent AS (
+        SELECT w.machine, j.cand, w.test FROM w JOIN everywhere a USING (machine) JOIN joined j USING (machine)
+        WHERE w.mask & a.mask <> a.mask AND w.mask & j.mask = 0  -- most tests ran in every candidate: none is absent
+        AND (NOT contains(w.test, '::') OR EXISTS (
+            SELECT 1 FROM parts x WHERE x.machine = w.machine AND x.cand = j.cand
+            AND (x.part IN ('.', '') OR starts_with(w.test, x.part || '::') OR starts_with(w.test, rtrim(x.part, '/') || '/'))
+        ))
+    )
+    SELECT * FROM failed UNION ALL SELECT * FROM absent
+"""
+
+
+def _missed(store: SqlResultsFile, tmp: dict[str, str]) -> None:
+    store.fetch(_MISSED.format(miss=tmp["miss"], t=tmp["t"], p=tmp["p"], np=tmp["np"], breaks=_BREAKS))
+    # drop_order's heap: the test missed in the most candidates first, the first by name on a tie
+    store.fetch(
+        f"CREATE TEMP TABLE {tmp['ranked']} AS SELECT machine, test, "
+        f"row_number() OVER (PARTITION BY machine ORDER BY count(*) DESC, test) AS rank FROM {tmp['miss']} GROUP BY machine, test"
+    )
+
+
+def _choices(store: SqlResultsFile, tmp: dict[str, str], pairs: Sequence[Pair]) -> dict[str, Misses] | None:
+    """Per class: its wanted tests, its joined candidates' last missed rank and cells, and the drops."""
+    t, miss, ranked = tmp["t"], tmp["miss"], tmp["ranked"]
+    sql = f"SELECT machine, count(*) AS n, bit_or(mask) AS mask FROM {t} WHERE passed GROUP BY ALL"
+    wanted, masks = {}, {}
+    for r in store.fetch(sql):
+        wanted[str(r["machine"])], masks[str(r["machine"])] = int(r["n"]), int(r["mask"])
+    joined: dict[str, dict[int, list[str]]] = {}  # a candidate joins with its (run, cell)s that have a wanted row
+    for i, pair in enumerate(pairs):
+        if pair.candidate is not None and masks.get(pair.machine, 0) >> i & 1:
+            joined.setdefault(pair.machine, {}).setdefault(pair.candidate, []).append(pair.cell_id)
+    last: dict[str, dict[int, int]] = {m: dict.fromkeys(c, 0) for m, c in joined.items()}
+    sql = f"SELECT m.machine, m.cand, max(r.rank) AS last FROM {miss} m JOIN {ranked} r USING (machine, test) GROUP BY ALL"
+    for r in store.fetch(sql):
+        if int(r["cand"]) in last.get(str(r["machine"]), {}):
+            last[str(r["machine"])][int(r["cand"])] = int(r["last"])
+    found = {}
+    for machine, n in wanted.items():
+        mine = last.get(machine, {})
+        stop = min(mine.values(), default=0)
+        if stop > n - 1:  # drop_order stops with one test left: fewer than it would drop here
+            return None
+        cells = {c: tuple(cell_ids) for c, cell_ids in joined.get(machine, {}).items()}
+        found[machine] = Misses(n, mine, stop, cells)
+    return found
+
+
+def _safe(store: SqlResultsFile, tmp: dict[str, str], stops: dict[str, int]) -> bool:
+    """Whether the drops are as `_choices` ranked them: no dropped test is a file (or paths) whose
+    failure kept tests from being collected (`knowngood._narrowed` would count it), and every
+    (run, cell) of a candidate keeps a wanted row that is not dropped (else counts change mid-way)."""
+    if not stops:
+        return True
+    t, p, ranked = tmp["t"], tmp["p"], tmp["ranked"]
+    limits = " UNION ALL ".join("SELECT ? AS machine, ?::BIGINT AS stop" for _ in stops)
+    params = [v for m, s in stops.items() for v in (m, s)]
+    row = store.fetch(
+        f"""
+        WITH s AS ({limits}),
+        dropped AS (SELECT r.machine, r.test FROM {ranked} r JOIN s USING (machine) WHERE r.rank <= s.stop),
+        kept AS (SELECT t.machine, bit_or(t.mask) AS mask FROM {t} t ANTI JOIN dropped USING (machine, test) WHERE t.passed GROUP BY ALL),
+        every AS (SELECT t.machine, bit_or(t.mask) AS mask FROM {t} t WHERE t.passed GROUP BY ALL),
+        cand AS (SELECT machine, bit_or(1::UBIGINT << pair) AS mask FROM {p} WHERE cand IS NOT NULL GROUP BY ALL)
+        SELECT
+            (SELECT count(*) FROM dropped WHERE NOT contains(test, '::')) AS files,
+            (SELECT count(*) FROM every e JOIN cand c USING (machine) LEFT JOIN kept k USING (machine)
+             WHERE e.mask & c.mask & ~COALESCE(k.mask, 0::UBIGINT) <> 0) AS emptied
+        """,
+        params,
+    )[0]
+    return not row["files"] and not row["emptied"]
+
+
+def square_counts(store: SqlResultsFile, pairs: Sequence[Pair], suite: bool) -> list[tuple[str, str, str, str, int]]:
+    """(machine class, cell id, row, status, outcomes) of `pairs` (the lines' (run, cell)s): the
+    row a test's identity, or its group (`rows.group_of`) where the file is a suite."""
+    if not pairs:
+        return []
+    values, params = _values(pairs)
+    test = identity(store, "o.")
+    row = _GROUP.format(t=test) if suite else test
+    sql = (
+        f"SELECT p.machine, o.cell_id, {row} AS row, o.status, count(*) AS n FROM outcomes o "
+        f"JOIN {values} USING (run_id, cell_id) GROUP BY ALL"
+    )
+    return [(str(m), str(c), str(r), str(s), int(n)) for m, c, r, s, n in store.fetch_tuples(sql, params)]
+
+
+#: The JSON columns of table `transitions` (`attributed._TRANSITION_JSON`).
+_TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
+
+
+def line_transitions(store: SqlResultsFile, lines: Sequence[tuple[str, str, Sequence[str]]]) -> list[dict[str, Any]]:
+    """The stored exact answers of all runs (`attributed.transitions(store, "", exact=True)`) along
+    a line's library, on its machine, between two of its cells, in attribution's order: of `lines`
+    (library, machine, cell ids), the only ones a table can mark (`support._marks`)."""
+    if not store.has_table("transitions") or not lines:
+        return []
+    machine = "COALESCE(machine, '')" if "machine" in clauses.columns(store, "transitions") else "''"
+    on, params = [], []
+    for library, host, cells in lines:
+        ids = ", ".join("?" for _ in cells)
+        on.append(f"(axis = ? AND {machine} = ? AND before_cell IN ({ids}) AND after_cell IN ({ids}))")
+        params += [library, host, *cells, *cells]
+    sql = (
+        "SELECT * FROM transitions WHERE scope = '' "
+        "AND COALESCE(untested, 'null') IN ('[]', 'null') AND COALESCE(inconclusive, 'null') IN ('[]', 'null') "
+        f"AND ({' OR '.join(on)}) ORDER BY scope, scenario, seq"
+    )
+    return clauses.decode(store.fetch(sql, params), _TRANSITION_JSON)
