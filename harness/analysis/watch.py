@@ -54,7 +54,8 @@ from packaging.version import Version
 from harness.analysis.attribution import Transition, held_text
 from harness.analysis.knowngood import choose_for_passing
 from harness.analysis.markdown import table_cell
-from harness.analysis.pin import PinResult
+from harness.analysis.pin import PinResult, as_asked
+from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.rows import (
     CellFacts,
     axis_sort,
@@ -142,8 +143,9 @@ def on_machine(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[s
     return [r for r in rows if machine_of(r).label().startswith(prefix)]
 
 
-def known_good(rows: Sequence[Mapping[str, Any]]) -> GuardedSet | None:
-    """The known-good set of `rows` (one machine's), or None when no scenario passes anywhere."""
+def known_good(rows: Sequence[Mapping[str, Any]], quiet: Quiet = NO_QUIET) -> GuardedSet | None:
+    """The known-good set of `rows` (one machine's), or None when no scenario passes anywhere.
+    quiet: the quiet tests `rows` hold as one stand-in (`analysis.quiet`): guarded, each a pass."""
     groups = by_cell(rows)  # once, for the choice and the machine classes
     chosen = choose_for_passing(rows, cells=groups)
     if chosen is None:
@@ -151,12 +153,16 @@ def known_good(rows: Sequence[Mapping[str, Any]]) -> GuardedSet | None:
     result, wanted, dropped = chosen
     if not result.found:
         return None
+    if STAND_IN in result.scenarios:  # the stand-in passes in every cell: kept wherever a set is found
+        result = as_asked(result, quiet.expand(result.scenarios), set(quiet.tests))
     cells = set(result.cell_ids)
     mine = [r for r in rows if r.get("cell_id") in cells]
     by_scenario: dict[str, list[Mapping[str, Any]]] = {}
     for row in mine:
         by_scenario.setdefault(str(row["scenario"]), []).append(row)
-    statuses = tuple((s, fold_statuses(str(r["status"]) for r in found)) for s, found in sorted(by_scenario.items()))
+    words = _with_quiet({s: fold_statuses(str(r["status"]) for r in found) for s, found in by_scenario.items()}, quiet)
+    statuses = tuple(sorted(words.items()))
+    wanted = list(quiet.expand(wanted))
     signatures = tuple(
         (s, _common_signature(found)) for s, found in sorted(by_scenario.items()) if any(r["status"] in FAILURES for r in found)
     )
@@ -164,6 +170,14 @@ def known_good(rows: Sequence[Mapping[str, Any]]) -> GuardedSet | None:
     classes = sorted({facts.machine_class for facts in groups} - {""}, key=lambda c: (c != "cpu", c))  # `machine_classes`
     named = classes[0] if len(classes) == 1 else ""
     return GuardedSet(result, tuple(wanted), tuple(dropped), tuple(sorted(requested(mine[0]).items())), statuses, signatures, labels, named)
+
+
+def _with_quiet(words: dict[str, str], quiet: Quiet) -> dict[str, str]:
+    """A cell's words by scenario, the stand-in's word (a pass) said of each quiet test it stands for."""
+    word = words.pop(STAND_IN, None)
+    if word is not None:
+        words.update(dict.fromkeys(quiet.tests, word))
+    return words
 
 
 def _common_signature(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -404,11 +418,13 @@ def verdict(
     watch_rows: Sequence[Mapping[str, Any]],
     transitions: Sequence[Transition],
     machine: str = "",
+    quiet: Quiet = NO_QUIET,
 ) -> list[TargetResult]:
     """What each target's stored outcomes say against the known-good set.
 
     rows: every outcome on this machine (for `known` failures); watch_rows: the outcomes of this
-    watch's run (the targets' cells); transitions: the attribution of `rows` with the index's releases.
+    watch's run (the targets' cells); transitions: the attribution of `rows` with the index's releases;
+    quiet: the quiet tests the rows hold as one stand-in (`analysis.quiet`): a pass in every cell.
     """
     good_statuses = dict(good.statuses)
     good_versions = dict(good.versions)
@@ -419,16 +435,16 @@ def verdict(
         by_scenario: dict[str, list[Mapping[str, Any]]] = {}
         for row in mine:
             by_scenario.setdefault(str(row["scenario"]), []).append(row)
-        statuses = {s: fold_statuses(str(r["status"]) for r in found) for s, found in by_scenario.items()}
+        statuses = _with_quiet({s: fold_statuses(str(r["status"]) for r in found) for s, found in by_scenario.items()}, quiet)
         cell_id = min((str(r.get("cell_id") or "") for r in mine), default="")
         findings = []
         for scenario in good.guarded:
-            found = by_scenario.get(scenario, [])
             word = statuses.get(scenario, "")
+            if word == Status.PASS:  # a quiet test's too: its stand-in's rows are its
+                continue
+            found = by_scenario.get(scenario, [])
             if not found:
                 findings.append(Finding("not_run", scenario, target.axis, target.release, "", cell_id=cell_id))
-                continue
-            if word == Status.PASS:
                 continue
             failing = [r for r in found if r["status"] in FAILURES]
             if not failing:

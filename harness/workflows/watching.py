@@ -118,14 +118,15 @@ def watch(
     notes = [f"not watched: {a} (not a list of releases in the matrix)" for a in resolved.axes if a not in watched]
 
     with Store(options.db) as store:
-        on_host = answer(store, where=lambda rows: analysis.on_machine(rows, prefix))
+        # the loud rows (`queries.loud_rows`): over a suite, the quiet tests' passes are one stand-in
+        on_host = answer(store, where=lambda rows: analysis.on_machine(rows, prefix), loud=True)
         chosen_class = analysis.nearest_class(on_host.machine_classes, host_class)
         everything = analysis.on_class(on_host.rows, [chosen_class])
         if not everything:
             raise BadInput(
                 f"no outcomes in {str(options.db)!r} ran on this machine ({prefix}; {host_class}); run `harness sweep` here first"
             )
-        good = analysis.known_good(everything)
+        good = analysis.known_good(everything, on_host.quiet)
         if good is None:
             raise BadInput(
                 f"no known-good set in {str(options.db)!r}: no scenario passes in any cell on {prefix}; "
@@ -142,7 +143,7 @@ def watch(
         new = analysis.new_releases(held, {axis: [v for v, _ in found] for axis, found in listed.items()})
         targets = analysis.plan_targets(good, new)
 
-        ran = sorted({str(r["scenario"]) for r in everything if r.get("cell_id") == good.cell_id})
+        ran = sorted(on_host.quiet.expand({str(r["scenario"]) for r in everything if r.get("cell_id") == good.cell_id}))
         tests = [s for s in ran if is_test(s)] if suite is not None else []
         scenarios = _scenario_files([s for s in ran if s not in tests], spec.settings.scenarios, options.scenario_files)
         missing = [s for s in good.guarded if s not in scenarios and s not in tests]
@@ -171,10 +172,11 @@ def watch(
             refined = _build(
                 options, spec, resolved, index, store, run_id, cells, records, every, probes, targets, machine, reporter, on_round, no_test
             )
-        found = answer(store, where=lambda rows: analysis.on_class(analysis.on_machine(rows, prefix), {chosen_class, host_class}))
+        classes = {chosen_class, host_class}
+        found = answer(store, where=lambda rows: analysis.on_class(analysis.on_machine(rows, prefix), classes), loud=True)
         after, transitions = found.rows, list(found.transitions)
     mine = [r for r in after if r.get("run_id") == run_id]
-    results = analysis.verdict(good, targets, after, mine, transitions, machine)
+    results = analysis.verdict(good, targets, after, mine, transitions, machine, found.quiet)
     allowed = options.allow_empty or bool(spec.tests.get("allow_empty"))
     notes += [f"{line} (allowed)" for line in no_test.suites_empty if allowed]
     return analysis.WatchReport(
@@ -262,7 +264,7 @@ def _build(
         lines = {(t.axis, t.held) for t in targets}
 
         def answers() -> tuple[list[Transition], list[str]]:
-            found = answer(store, where=lambda rows: analysis.on_machine(rows, machine))
+            found = answer(store, where=lambda rows: analysis.on_machine(rows, machine), loud=True)  # quiet tests have no transition
             return [t for t in found.transitions if (t.axis, t.held) in lines], [machine]
 
         limit = sweep.settings.refine_limit if options.refine_limit is None else options.refine_limit
