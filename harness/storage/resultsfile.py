@@ -81,6 +81,10 @@ class SqlResultsFile(ResultsFile, Protocol):
         """Rows as tuples, in the query's column order, to be read once."""
         ...
 
+    def fetch_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 50_000) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows as tuples, `size` at a time (an export of every row)."""
+        ...
+
     def has_table(self, name: str) -> bool: ...
     def reading(self) -> AbstractContextManager[object]:
         """One consistent view for the reads inside the block."""

@@ -218,6 +218,14 @@ class Store:
             lists = [column.tolist() for column in columns.values()]
         return zip(*lists)
 
+    def fetch_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 50_000) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows as tuples, `size` at a time, the connection held while they are read: an export of
+        every row without them all in memory (`queries.each_outcome_row`)."""
+        with self.reading() as con, within_memory(self.path):
+            cur = con.execute(sql, list(params))
+            while chunk := cur.fetchmany(size):
+                yield chunk
+
     def has_table(self, name: str) -> bool:
         rows = self.fetch("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = ?", [name])
         return bool(rows and rows[0]["n"])
