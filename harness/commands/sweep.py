@@ -83,7 +83,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if options.keep_servers and args.keep_servers != "auto":
         kept.usable_dir()  # a folder others could use is refused before anything runs
     done = run_sweep(
-        options, refine=not args.no_refine, refine_limit=args.refine_limit, progress=progress, on_start=on_start, on_round=on_round
+        options,
+        refine=not args.no_refine,
+        refine_limit=args.refine_limit,
+        progress=progress,
+        on_start=on_start,
+        on_round=on_round,
+        every_test=args.wide,
     )
     if done.left_journal:  # another writer's turn: the outcomes wait in the journal, which readers see
         print(f"harness: {done.left_journal} waits to be folded into {args.db}; readers see it already", file=sys.stderr)

@@ -65,14 +65,14 @@ def each_outcome_row(store: SqlResultsFile, run_id: str | None = None, chunk: in
         yield from _marked(_rows_from(tuples, own, templates), flaky)
 
 
-def loud_rows(store: SqlResultsFile) -> tuple[list[dict[str, Any]], Quiet]:
-    """The current state's rows as `outcome_rows` reads them, the quiet tests' (`analysis.quiet`:
-    passed in every repeat of every (run, cell), never flaky) as one stand-in test: one row per
-    (run, cell, repeat), `stands_for` the outcomes each stands for, `first_started_at` the
-    earliest of them (`started_at` the latest). Over a suite whose tests mostly pass, Python
-    reads the tests that say something: 255,000 rows of 2,000,000, not every one."""
-    with store.reading():  # the quiet tests' temporary table lives on one connection
-        return _outcome_rows(store, None, quiet_as_one=True)
+def loud_rows(store: SqlResultsFile, run_id: str | None = None) -> tuple[list[dict[str, Any]], Quiet]:
+    """The current state's rows (of one run: the file's state as of it) as `outcome_rows` reads them,
+    the quiet tests' (`analysis.quiet`: passed in every repeat of every (run, cell), never flaky) as
+    one stand-in test: one row per (run, cell, repeat), `stands_for` the outcomes each stands for,
+    `first_started_at` the earliest of them (`started_at` the latest). Over a suite whose tests
+    mostly pass, Python reads the tests that say something: 255,000 rows of 2,000,000, not every one."""
+    with store.reading():  # the quiet tests' temporary tables live on one connection
+        return _outcome_rows(store, run_id, quiet_as_one=True)
 
 
 #: The quiet tests (`analysis.quiet.quiet_of` in SQL): every outcome passed, one outcome in each
@@ -81,11 +81,11 @@ def loud_rows(store: SqlResultsFile) -> tuple[list[dict[str, Any]], Quiet]:
 #: whose outcomes carry several node ids (one identity across renames) counts its distinct triples.
 _QUIET = """
     CREATE TEMP TABLE {table} AS
-    WITH o AS (SELECT run_id, cell_id, repeat, status, scenario, {identity} AS test FROM outcomes),
+    WITH o AS (SELECT run_id, cell_id, repeat, status, scenario, {identity} AS test FROM {source}),
     every AS (SELECT count(*) AS n FROM (SELECT DISTINCT run_id, cell_id, repeat FROM o)),
     g AS (
         SELECT test, min(scenario) AS node, max(scenario) AS last FROM o GROUP BY test
-        HAVING count(*) FILTER (status <> 'pass') = 0 AND count(*) = (SELECT n FROM every)
+        HAVING count(*) FILTER (status <> 'pass') = 0 AND count(*) = (SELECT n FROM every) {strict}
     ),
     quiet AS (
         SELECT test, node FROM g WHERE node = last
@@ -105,20 +105,28 @@ _RENAMED = """
 """
 
 
-def _quiet(store: SqlResultsFile, table: str) -> Quiet:
-    """The quiet tests, kept in the temporary `table` for the reads that follow."""
+#: `_QUIET` over the rows of one run's state, which no key holds to one outcome per (run, cell, repeat)
+#: of a node id: each test counts its distinct triples too.
+_STRICT = "AND count(DISTINCT hash(run_id, cell_id, repeat)) = (SELECT n FROM every)"
+
+
+def _quiet(store: SqlResultsFile, table: str, source: str = "outcomes") -> Quiet:
+    """The quiet tests of `source` (the table `outcomes`, or one run's state), kept in the temporary
+    `table` for the reads that follow."""
     flaky = "flaky" if store.has_table("flaky") else "(SELECT NULL::VARCHAR AS test WHERE false)"
-    renamed = _RENAMED if _has_renamed(store) else ""
-    store.fetch(_QUIET.format(table=table, identity=_identity(store), flaky=flaky, renamed=renamed))
+    renamed = _RENAMED if _has_renamed(store, source) else ""
+    strict = "" if source == "outcomes" else _STRICT
+    store.fetch(_QUIET.format(table=table, identity=_identity(store), flaky=flaky, renamed=renamed, source=source, strict=strict))
     found = list(store.fetch_tuples(f"SELECT test, node FROM {table} ORDER BY test"))
     return Quiet(tuple(t for t, _ in found), tuple(n for _, n in found))
 
 
-def _has_renamed(store: SqlResultsFile) -> bool:
+def _has_renamed(store: SqlResultsFile, source: str = "outcomes") -> bool:
     """Whether a test's outcomes may carry several node ids: some outcome's identity is not its node id."""
     if "test_id" not in clauses.columns(store, "outcomes"):
         return False
-    return next(store.fetch_tuples("SELECT 1 FROM outcomes WHERE test_id IS NOT NULL AND test_id <> scenario LIMIT 1"), None) is not None
+    found = store.fetch_tuples(f"SELECT 1 FROM {source} WHERE test_id IS NOT NULL AND test_id <> '' AND test_id <> scenario LIMIT 1")
+    return next(found, None) is not None
 
 
 def _identity(store: SqlResultsFile, alias: str = "") -> str:
@@ -137,11 +145,17 @@ def _outcome_rows(store: SqlResultsFile, run_id: str | None, *, quiet_as_one: bo
     if not quiet_as_one:
         return _read_rows(store, own, shared, view, params, run_id), NO_QUIET
     table = f"harness_quiet_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
+    state = f"harness_state_{uuid.uuid4().hex[:12]}"
+    source = "outcomes"
     try:
-        quiet = _quiet(store, table)
-        return _read_rows(store, own, shared, view, params, run_id, (table, quiet) if quiet else None), quiet
+        if run_id:  # the run's state, worked out once: the quiet tests, the loud rows and the stand-in's read it
+            store.fetch(f"CREATE TEMP TABLE {state} AS {_RUN_STATE}", params)
+            view, params, source = state, [], state
+        quiet = _quiet(store, table, source)
+        return _read_rows(store, own, shared, view, params, run_id, (table, quiet, source) if quiet else None), quiet
     finally:
         store.fetch(f"DROP TABLE IF EXISTS {table}")
+        store.fetch(f"DROP TABLE IF EXISTS {state}")
 
 
 def _read_rows(
@@ -151,7 +165,7 @@ def _read_rows(
     view: str,
     params: list[Any],
     run_id: str | None,
-    quiet: tuple[str, Quiet] | None = None,
+    quiet: tuple[str, Quiet, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of `view`; with `quiet` (its temporary table, its tests), theirs as the stand-in's."""
     sql, templates = _rows_sql(store, own, shared, view, params, run_id, quiet)
@@ -168,7 +182,7 @@ def _rows_sql(
     view: str,
     params: list[Any],
     run_id: str | None,
-    quiet: tuple[str, Quiet] | None = None,
+    quiet: tuple[str, Quiet, str] | None = None,
 ) -> tuple[str, dict[tuple[Any, Any], dict[str, Any]]]:
     """(the query of the rows' own columns, each (run, cell)'s template of the rest) for `_rows_from`."""
     listed = ", ".join(f'"{c}"' for c in own)
@@ -178,10 +192,10 @@ def _rows_sql(
     sql = f"SELECT {listed} FROM {own_view}"
     if quiet:
         stand_in = ", ".join(_STAND_IN.get(c, f'NULL AS "{c}"') for c in own)
-        identity, table = _identity(store), quiet[0]
+        identity, table, source = _identity(store), quiet[0], quiet[2]
         sql = (
             f"SELECT {listed} FROM {own_view} WHERE {identity} NOT IN (SELECT test FROM {table}) UNION ALL "
-            f"SELECT {stand_in} FROM outcomes WHERE {identity} IN (SELECT test FROM {table}) GROUP BY run_id, cell_id, repeat"
+            f"SELECT {stand_in} FROM {source} WHERE {identity} IN (SELECT test FROM {table}) GROUP BY run_id, cell_id, repeat"
         )
     sql = f"{sql} ORDER BY cell_id, scenario, repeat, run_id"
     templates: dict[tuple[Any, Any], dict[str, Any]] = {}
@@ -214,9 +228,9 @@ _STAND_IN = {
 }
 
 
-def _stand_ins(store: SqlResultsFile, rows: list[dict[str, Any]], table: str, quiet: Quiet) -> None:
+def _stand_ins(store: SqlResultsFile, rows: list[dict[str, Any]], table: str, quiet: Quiet, source: str = "outcomes") -> None:
     """The stand-in rows' `stands_for` and `first_started_at` (the earliest quiet outcome of their (run, cell, repeat))."""
-    sql = f"SELECT run_id, cell_id, repeat, min(started_at) FROM outcomes o JOIN {table} q ON {_identity(store, 'o.')} = q.test"
+    sql = f"SELECT run_id, cell_id, repeat, min(started_at) FROM {source} o JOIN {table} q ON {_identity(store, 'o.')} = q.test"
     first = {(r, c, k): at for r, c, k, at in store.fetch_tuples(sql + " GROUP BY ALL")}
     for row in rows:
         if row["scenario"] == STAND_IN:

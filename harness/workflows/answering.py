@@ -47,10 +47,10 @@ def answer(
     pin, report, publish, watch. HARNESS_EVERY_ROW=1 reads every row anyway (the same answers,
     slower: what `tests/unit/test_quiet.py` holds each face to)."""
     quiet = NO_QUIET
-    if loud and run_id is None and hasattr(results, "fetch") and not os.environ.get(EVERY_ROW):
+    if loud and hasattr(results, "fetch") and not os.environ.get(EVERY_ROW):
         from harness.storage import queries  # DuckDB: only where a results file is read (a shard has no SQL, and few rows)
 
-        rows, quiet = queries.loud_rows(cast(SqlResultsFile, results))
+        rows, quiet = queries.loud_rows(cast(SqlResultsFile, results), run_id)
     else:
         rows = results.outcome_rows(run_id)
     return answer_rows(where(rows) if where is not None else rows, results.known_releases(), quiet)

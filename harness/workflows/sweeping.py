@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis.answer import Answer
 from harness.analysis.outcome import Outcome
+from harness.analysis.quiet import weight
 from harness.analysis.refine import OnRound
 from harness.errors import EXIT_OK, EXIT_RUN_FAILED, BadInput
 from harness.running import live
@@ -38,7 +39,7 @@ class SweepDone:
     def resumed(self) -> int:
         """Outcomes of the matrix's cells that were stored before this sweep (a resumed run)."""
         cells = {c.id for c in self.plan.cells}
-        return max(0, sum(1 for r in self.answer.rows if r["cell_id"] in cells) - len(self.produced))
+        return max(0, sum(weight(r) for r in self.answer.rows if r["cell_id"] in cells) - len(self.produced))  # a stand-in's many
 
 
 def refine_step(
@@ -71,9 +72,11 @@ def run_sweep(
     progress: Reporter | None = None,
     on_start: Callable[[SweepPlan], None] | None = None,
     on_round: OnRound | None = None,
+    every_test: bool = False,
 ) -> SweepDone:
     """Plan, sweep, refine (unless `refine` is False) and answer; `on_start` hears the plan once the
-    results file is open, before anything runs."""
+    results file is open, before anything runs. every_test: the answer reads each test's rows, as
+    the full grid (`--wide`) prints every one; else the quiet tests are one stand-in."""
     if options.jobs < 1:
         raise BadInput(f"--jobs {options.jobs}: give at least 1")
     sweep_plan = plan(options)  # validates everything; nothing is written before this returns
@@ -85,7 +88,8 @@ def run_sweep(
             produced = sweep.run()
             refined = refine_step(options, sweep, store, refine=refine, limit=refine_limit, on_round=on_round)
         # The grid is the matrix's cells; the answers come from every cell the run built, probes included.
-        found = answer(store, sweep_plan.run_id)
+        # the loud rows (`queries.loud_rows`): a suite's passes as one stand-in, unless every test is printed (--wide)
+        found = answer(store, sweep_plan.run_id, loud=not every_test)
     chains = list(sweep.ledger.cuda_chains)
     allow = options.allow_empty or bool(sweep_plan.spec.tests.get("allow_empty"))
     # Another writer kept its turn until the end: the outcomes are safe in the journal, which

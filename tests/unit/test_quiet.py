@@ -184,8 +184,11 @@ def _faces(db: Path, out: Path) -> dict[str, list[str]]:
         failing = con.execute(
             "SELECT signature FROM outcomes WHERE status IN ('error', 'fail') GROUP BY 1 ORDER BY count(*) DESC"
         ).fetchone()
+        runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
     return {
         "summary": ["summary", "--db", str(db)],
+        "summary of the newest run": ["summary", "--db", str(db), "--run-id", runs[-1]],
+        "summary of an older run": ["summary", "--db", str(db), "--run-id", runs[0]],
         "pin a file": ["pin", "--db", str(db), "--test", node.split("::")[0]],
         "pin a folder, any machine": ["pin", "--db", str(db), "--test", "tests/", "--machine", "any", "--json"],
         "pin -m": ["pin", "--db", str(db), "-m", "not slow"],
