@@ -192,6 +192,12 @@ def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     return _cached(file_version(db_path()), name, read, args, kwargs)
 
 
+def read(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`query` without its cache: for rows the caller caches only in the shape it makes of them
+    (`suite._grid` keeps a grid, not the 20,000 rows it was built from: their pickle cost every miss)."""
+    return _call(version(), read, args, kwargs)
+
+
 def version() -> FileVersion:
     return file_version(db_path())
 

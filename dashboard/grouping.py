@@ -148,24 +148,40 @@ def build_grid(
     key_of = {(c.cell_id, c.gpu): c.label for c in cols}
     by_gpu = any(c.gpu for c in cols)
     words: dict[str, dict[str, str]] = defaultdict(dict)
-    sizes: dict[str, int] = defaultdict(int)
-    totals: dict[str, int] = defaultdict(int)
+    sizes: dict[str, int] = {}
+    # The first page of a 100,000-test suite is 1,000 files × 20 cells: 20,000 rows. Each row's
+    # counts are read once, as a tuple; its word is made and its counts added to the totals once
+    # per distinct tuple, not once per row (the files of a suite repeat a few thousand of them).
+    seen: dict[tuple[Any, ...], int] = defaultdict(int)
     for row in counts:
         name = str(row.get("name") or row.get("scenario"))
         label = key_of.get((str(row["cell_id"]), str(row.get("gpu") or "") if by_gpu else ""))
         if label is None:
             continue
-        statuses = {s: int(row.get(s) or 0) for s in _STATUSES}
-        for s, n in statuses.items():
-            totals[s] += n
-        words[name][label] = word(statuses)
-        sizes[name] = max(sizes[name], int(row.get(size) or 0))
+        values = tuple(map(row.get, _STATUSES))
+        seen[values] += 1
+        words[name][label] = _group_word_of(values) if word is group_word else word(_counted(values))
+        sizes[name] = max(sizes.get(name, 0), int(row.get(size) or 0))
+    totals: dict[str, int] = defaultdict(int)
+    for values, times in seen.items():
+        for status, n in _counted(values).items():
+            totals[status] += n * times
     records = [
         {"name": name, "shown": short_name(name, within), "tests": sizes[name], **{c.label: words[name].get(c.label, "") for c in cols}}
         for name in sorted(words)
     ]
     frame = pd.DataFrame.from_records(records, columns=["name", "shown", "tests", *(c.label for c in cols)])
     return Grid(frame, tuple(cols), {s: n for s, n in totals.items() if n})
+
+
+def _counted(values: tuple[Any, ...]) -> dict[str, int]:
+    """A row's counts (`values`: one per status of _STATUSES, None where the row has no such column) as a mapping."""
+    return {s: int(v or 0) for s, v in zip(_STATUSES, values)}
+
+
+@functools.lru_cache(maxsize=65536)
+def _group_word_of(values: tuple[Any, ...]) -> str:
+    return group_word(_counted(values))
 
 
 def failing_share(totals: Mapping[str, int]) -> str:
@@ -294,10 +310,12 @@ def fold(files: Grid, marked: Iterable[str] = (), limit: int = FOLD_PAST) -> Fol
     if len(frame) <= limit:
         return Fold(files, {})
     marks = set(marked)
+    # Read as lists, not row by row from the frame: iterating 1,000 rows of Arrow-backed strings cost more than the rest.
+    names = [str(n) for n in frame["name"].tolist()]
+    squares = list(zip(*(frame[label].tolist() for label in labels))) if labels else [() for _ in names]
     quiet: list[str] = []
     ranked: list[tuple[int, int, str]] = []
-    for record in frame[["name", *labels]].itertuples(index=False):
-        name, words = str(record[0]), record[1:]
+    for name, words in zip(names, squares):
         colours = {w.partition(" ")[0] for w in words}
         if colours == {_PASS} and name not in marks:
             quiet.append(name)
@@ -312,18 +330,21 @@ def fold(files: Grid, marked: Iterable[str] = (), limit: int = FOLD_PAST) -> Fol
         folded[FOLDED_PASS.format(n=len(quiet))] = quiet
     if len(ranked) > limit:
         folded[FOLDED_MORE.format(n=len(ranked) - limit)] = sorted(name for _, _, name in ranked[limit:])
-    index = frame.set_index("name")
-    lines = []
-    for line, names in folded.items():
-        part = index.loc[names]
-        line_row: dict[str, Any] = {"name": line, "shown": line, "tests": int(part["tests"].sum())}
-        for label in labels:
-            summed: dict[str, int] = defaultdict(int)
-            for w in part[label]:
-                for s, n in _parsed(w):
-                    summed[s] += n
-            line_row[label] = group_word(summed)
-        lines.append(line_row)
+    at = {name: i for i, name in enumerate(names)}
+    tests = frame["tests"].tolist()
+    lines = [_line(line, [at[n] for n in members], tests, squares, labels) for line, members in folded.items()]
     kept = frame[frame["name"].isin(shown)]
     out = pd.concat([kept, pd.DataFrame.from_records(lines, columns=list(frame.columns))], ignore_index=True)
     return Fold(Grid(out, files.columns, files.totals), folded)
+
+
+def _line(line: str, rows: Sequence[int], tests: Sequence[Any], squares: Sequence[Sequence[str]], labels: Sequence[str]) -> dict[str, Any]:
+    """One line of folded files (`rows`: their positions in the grid): tests summed, each square the sum of their counts."""
+    row: dict[str, Any] = {"name": line, "shown": line, "tests": int(sum(int(tests[i]) for i in rows))}
+    for column, label in enumerate(labels):
+        summed: dict[str, int] = defaultdict(int)
+        for i in rows:
+            for s, n in _parsed(squares[i][column]):
+                summed[s] += n
+        row[label] = group_word(summed)
+    return row

@@ -63,14 +63,14 @@ def _grid_config(grid: grouping.Grid, first: str) -> dict[str, Any]:
 
 
 class Drawn(NamedTuple):
-    """One level of the Matrix grid, ready to draw: the grid, its frame as st.dataframe shows it
-    (one-word lists: a MultiselectColumn draws them as coloured tags), its column configuration,
-    and how many node ids matched (at the test level, where at most LIMIT are listed)."""
+    """One level of the Matrix grid: the grid, how many node ids matched (at the test level, where
+    at most LIMIT are listed) and the title of its first column. What st.dataframe shows of it is
+    made when it is drawn (`_draw_grid`): the first page draws the folded files, never the grid
+    of every file it folds (1,000 rows × 20 cells of tags, made and cached for nothing)."""
 
     grid: grouping.Grid
-    shown: pd.DataFrame
-    config: dict[str, Any]
     matched: int
+    first: str
 
 
 _FIRST = {"file": "file", "group": "class or function", "test": "test"}
@@ -88,35 +88,39 @@ def _grid(
     group: str = "",
 ) -> Drawn:
     """The grid at `level` (file; a file's groups; the tests of a group, a file or all), built once
-    per file version and choice: a rerun (a click, another tab) draws it without rebuilding it."""
+    per file version and choice: a rerun (a click, another tab) draws it without rebuilding it. Its
+    rows are read uncached (`common.read`): this cache holds the grid, and a second copy of 20,000
+    rows (1,000 files × 20 cells) cost a pickle on every miss."""
     cells = common.query(pages.grid_cells, chosen)
     columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
     if level == "test":
         scope = {"group": group} if group else ({"file": file} if file else {})
-        found = common.query(suites.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
+        found = common.read(suites.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
         grid = grouping.build_grid(found["rows"], columns, within=group or file, word=logic.fold, size="outcomes")
         matched = int(found["tests"])
     else:
         within = {"file": file} if level == "group" else None
-        rows = common.query(suites.test_group_tallies, chosen, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
+        rows = common.read(suites.test_group_tallies, chosen, search, level=level, within=within, failing_only=failing, by_gpu=by_gpu)
         grid = grouping.build_grid(rows, columns, within=file if level == "group" else "")
         matched = int(grid.frame["tests"].sum())
-    shown = grid.frame.copy()
-    for label in grid.labels:
-        shown[label] = shown[label].map(lambda w: [w] if w else [])
-    return Drawn(grid, shown, _grid_config(grid, _FIRST[level]), matched)
+    return Drawn(grid, matched, _FIRST[level])
 
 
 def _draw_grid(drawn: Drawn, key: str) -> Any:
+    """The grid as st.dataframe shows it: one-word lists, which a MultiselectColumn draws as coloured tags."""
+    grid = drawn.grid
+    shown = grid.frame.copy()
+    for label in grid.labels:
+        shown[label] = shown[label].map(lambda w: [w] if w else [])
     return st.dataframe(
-        drawn.shown,
+        shown,
         key=key,
         on_select="rerun",
         selection_mode="single-cell",
         hide_index=True,
-        column_order=["shown", "tests", *drawn.grid.labels],
-        column_config=drawn.config,
-        height=min(38 + 35 * len(drawn.shown), 640),
+        column_order=["shown", "tests", *grid.labels],
+        column_config=_grid_config(grid, drawn.first),
+        height=min(38 + 35 * len(shown), 640),
     )
 
 
@@ -133,27 +137,32 @@ def _heat_column(c: grouping.Column) -> heatmap.Column:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _fold(
-    version: common.FileVersion, chosen: dict[str, list[str]], search: str, failing: bool, by_gpu: bool
+    version: common.FileVersion,
+    chosen: dict[str, list[str]],
+    search: str,
+    failing: bool,
+    by_gpu: bool,
+    _top: Drawn,
+    _edges: Sequence[tuple[heatmap.Edge, int]],
 ) -> tuple[Drawn, dict[str, list[str]]]:
     """The file grid past FOLD_PAST files as the page draws it (`grouping.fold`): the files that say the
-    most, a line for those that pass in every cell, one for the rest; with the files each line folds."""
-    top = _grid(version, "file", chosen, search, failing, by_gpu)
-    cells = {c.cell_id for c in top.grid.columns}
-    marked = {e.row for e, _ in logic.edges_within(common.query(common.edges_if_cheap, by_file=True), cells)}
-    folded = grouping.fold(top.grid, marked, grouping.FOLD_PAST)
-    shown = folded.grid.frame.copy()
-    for label in folded.grid.labels:
-        shown[label] = shown[label].map(lambda w: [w] if w else [])
-    return Drawn(folded.grid, shown, _grid_config(folded.grid, "file"), top.matched), folded.folded
+    most, a line for those that pass in every cell, one for the rest; with the files each line folds.
+    `_top` is `_grid`'s file level for the same arguments and `_edges` the file's edges by file, both
+    in hand (not hashed: read back from their caches, they were unpickled again for nothing)."""
+    cells = {c.cell_id for c in _top.grid.columns}
+    marked = {e.row for e, _ in logic.edges_within(_edges, cells)}
+    folded = grouping.fold(_top.grid, marked, grouping.FOLD_PAST)
+    return Drawn(folded.grid, _top.matched, "file"), folded.folded
 
 
-def _heatmap(files: grouping.Grid) -> None:
+def _heatmap(files: grouping.Grid, edges: Sequence[tuple[heatmap.Edge, int]]) -> None:
     """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell.
-    `files` may hold lines of folded files (`grouping.fold`): the marks are drawn for the rows shown only."""
+    `files` may hold lines of folded files (`grouping.fold`): the marks are drawn for the rows shown only.
+    `edges`: `common.edges_if_cheap` by file."""
     columns = [_heat_column(c) for c in files.columns]
-    weighted = logic.edges_within(common.query(common.edges_if_cheap, by_file=True), {c.cell_id for c in columns})
+    weighted = logic.edges_within(edges, {c.cell_id for c in columns})
     rows = set(files.frame["name"])
-    edges = [e for e, _ in weighted if e.row in rows]
+    shown = [e for e, _ in weighted if e.row in rows]
     axes = heatmap.varying(columns)
     last = common.select_edge_axis(axes, weighted)  # the busiest library over every file, shown or folded
     words = {
@@ -161,7 +170,7 @@ def _heatmap(files: grouping.Grid) -> None:
         for label, column in zip(files.labels, columns)
         for name, word in zip(files.frame["name"], files.frame[label])
     }
-    spec = heatmap.layout(list(files.frame["name"]), columns, words, edges, last, width=logic.HEAT_WIDTH)
+    spec = heatmap.layout(list(files.frame["name"]), columns, words, shown, last, width=logic.HEAT_WIDTH)
     st.caption(
         "Every test file × every cell: a square's colour is the worst status among the file's tests there (hover for the counts); "
         "a tick on an edge is a release that attribution found changed tests of that file. Click a square to open the cell, a "
@@ -199,6 +208,7 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
     )
     st.markdown(legend, unsafe_allow_html=True)
+    edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
     drawn_files, folded = top, dict[str, list[str]]()
     if len(files.frame) > grouping.FOLD_PAST:
         common.keep("m_every_file", False)
@@ -210,7 +220,7 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         )
         common.remember("m_every_file")
         if not every:
-            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu)
+            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu, top, edges)
     if folded:
         shown_files = len(drawn_files.grid.frame) - len(folded)
         st.caption(
@@ -220,7 +230,7 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
             + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
             "colour is). The File box below lists every file; the search finds any test."
         )
-    _heatmap(drawn_files.grid)
+    _heatmap(drawn_files.grid, edges)
     _legend(columns)
 
     names = list(files.frame["name"])
