@@ -262,10 +262,14 @@ def test_group_tallies(
     """`test_group_counts`' rows without their `signature`: one row per (group at `level`, cell[, gpu]),
     `tests`, and how many tests had each status there (a test's repeats and runs count once, by
     their worst status). Read from `outcomes` and the (run, cell) pairs the filters admit, not
-    through `outcomes_v`: the grid of a suite's first page costs half as much."""
+    through `outcomes_v`: the grid of a suite's first page costs half as much. Where no filter is
+    a run's or a cell's (`narrows_pairs`) and no GPU is asked for, every pair is admitted: the
+    outcomes are read alone, without joining each of 2,000,000 to its pair by two strings."""
     if level not in ("file", "group"):
         raise ValueError(level)
     ctes, params, where, outcome_params = clauses.admitted_pairs(filters)
+    joined = by_gpu or narrows_pairs(filters)
+    admitted = " SEMI JOIN admitted USING (run_id, cell_id)" if joined else ""
     conditions = [where.removeprefix(" WHERE ")] if where else []
     found = [*outcome_params]
     if search:
@@ -276,23 +280,37 @@ def test_group_tallies(
         found.append(value)
     if failing_only:
         inner = " AND ".join([*([where.removeprefix(" WHERE ")] if where else []), f"status IN ({clauses.FAILING})"])
-        conditions.append(f"scenario IN (SELECT scenario FROM outcomes SEMI JOIN admitted USING (run_id, cell_id) WHERE {inner})")
+        conditions.append(f"scenario IN (SELECT scenario FROM outcomes{admitted} WHERE {inner})")
         found += outcome_params
     narrowed = (" WHERE " + " AND ".join(conditions)) if conditions else ""
     gpu = ", COALESCE(a.gpu, '') AS gpu" if by_gpu else ""
     counts = ", ".join(f"count(*) FILTER (WHERE worst = '{s}') AS {s}" for s in Status)
     with store.reading():  # one snapshot for both reads
-        shape = store.fetch(f"WITH {ctes} SELECT count(DISTINCT run_id) AS runs, COALESCE(max(repeats), 0) AS r FROM admitted", params)[0]
+        if joined:
+            shape = store.fetch(f"WITH {ctes} SELECT count(DISTINCT run_id) AS runs, COALESCE(max(repeats), 0) AS r FROM admitted", params)[
+                0
+            ]
+        else:  # the same two numbers: every pair of the filtered outcomes is admitted
+            shape = store.fetch(
+                f"SELECT count(DISTINCT run_id) AS runs, COALESCE(max(repeat), 0) AS r FROM outcomes{where}", outcome_params
+            )[0]
         one_each = shape["runs"] <= 1 and shape["r"] == 0
         # One outcome per test and cell: its status is the test's, with no grouping per test (400,000 groups).
         worst, grouped = ("status", "") if one_each else (_WORST, " GROUP BY ALL")
         name = f"{_LEVELS[level]} AS name, cell_id{gpu}" + ("" if one_each else ", scenario")
-        per_test = f"SELECT {name}, {worst} AS worst FROM outcomes JOIN admitted a USING (run_id, cell_id){narrowed}{grouped}"
+        source = "outcomes JOIN admitted a USING (run_id, cell_id)" if joined else "outcomes"
+        per_test = f"SELECT {name}, {worst} AS worst FROM {source}{narrowed}{grouped}"
         return store.fetch(
-            f"WITH {ctes}, t AS ({per_test}) SELECT name, cell_id{', gpu' if by_gpu else ''}, count(*) AS tests, {counts} "
-            "FROM t GROUP BY ALL ORDER BY ALL",
-            [*params, *found],
+            f"WITH {ctes + ',' if joined else ''} t AS ({per_test}) SELECT name, cell_id{', gpu' if by_gpu else ''}, count(*) AS tests, "
+            f"{counts} FROM t GROUP BY ALL ORDER BY ALL",
+            [*(params if joined else []), *found],
         )
+
+
+def narrows_pairs(filters: Filters | None) -> bool:
+    """Whether `filters` narrow the (run, cell) pairs (`clauses.admitted_pairs`): a filter with values
+    on anything but the outcome's own columns (run, cell, scenario, status): a platform, a GPU, an axis."""
+    return any(values for key, values in (filters or {}).items() if key not in clauses._OUTCOME_FILTERS)
 
 
 def test_pass_counts(store: SqlResultsFile) -> list[dict[str, Any]]:
