@@ -347,6 +347,14 @@ def statuses(store: SqlResultsFile, cell_id: str, scenario: str) -> list[str]:
     return [r["status"] for r in rows]
 
 
+def node_ids(store: SqlResultsFile) -> dict[str, str]:
+    """Test (its identity, as the answers' rows name it) -> a node id it ran under: that of its last
+    row in `outcome_rows`' order (what refinement hands pytest), without reading every row."""
+    identity = _identity(store)
+    sql = f"SELECT {identity}, arg_max(scenario, (cell_id, scenario, repeat, run_id)) FROM outcomes GROUP BY 1"
+    return dict(store.fetch_tuples(sql))
+
+
 def test_markers(store: SqlResultsFile) -> dict[str, set[str]]:
     """Test (its identity, as the answers' rows name it) -> the pytest markers its outcomes recorded
     (tests swept before markers were stored have none)."""

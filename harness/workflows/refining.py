@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 from harness.running.plan import SweepOptions, SweepPlan
 from harness.running.sweep import ResultStore, Sweep
 from harness.running.testsuite import Suite
+from harness.storage.resultsfile import SqlResultsFile
 
 
 def _probe_cell(probe: Probe, cells: Mapping[str, Cell]) -> Cell:
@@ -65,7 +66,7 @@ def refine_rounds(
         done = sweep.store.done_keys(sweep.plan.run_id)
         # a test is named by its identity across the suite's releases; pytest is given a node id it had
         tests = any("::" in name for probe in probes for name in probe.scenarios)
-        nodes = {str(r["scenario"]): str(r["node_id"]) for r in sweep.store.outcome_rows()} if tests else {}
+        nodes = _node_ids(sweep.store) if tests else {}
         work = []
         for probe in probes:
             cell = _probe_cell(probe, cells)
@@ -117,7 +118,7 @@ def refine_run(sweep: Sweep, store: ResultStore, on_round: OnRound | None = None
         return RefineReport(stopped="refine = false in the matrix")
 
     def answers() -> tuple[Sequence[Transition], list[str]]:
-        found = answer(store, run_id)
+        found = answer(store, run_id, loud=True)  # quiet tests have no transition: one stand-in
         label = found.machine_label()  # a sweep runs on one machine
         return found.transitions, [label] if label else []
 
@@ -179,10 +180,10 @@ def refine_file(
     prefix = here(spec.settings.python)
     run_id = "refine-" + hashlib.sha1(prefix.encode()).hexdigest()[:10]
     with Store(db) as store:
-        found = answer(store)
+        found = answer(store, loud=True)
         if not found.rows:
             raise BadInput(f"no outcomes in {str(db)!r}; run a sweep first")
-        names = {r["scenario"] for r in found.rows}
+        names = set(found.quiet.expand({str(r["scenario"]) for r in found.rows}))
         files = lookup_names()  # the project's scenarios/, then the built-in packs
         scenarios: dict[str, Scenario] = {n: load_scenario(files[n]) for n in names if n in files}
         scenarios.update({s.name: s for s in select(list(scenario_files))} if scenario_files else {})
@@ -207,7 +208,7 @@ def refine_file(
             )
 
         def answers() -> tuple[Sequence[Transition], list[str]]:
-            now = answer(store)
+            now = answer(store, loud=True)
             return now.transitions, now.machines_of(prefix)
 
         cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(recorded.all_cell_records(store))}
@@ -419,7 +420,7 @@ def probe_matrix(db: Path, matrix: Path, rounds: int, machine: str, axes: Sequen
         raise BadInput(f"--rounds {rounds}: give at least 1")
     source = tomllib.loads(matrix.read_text())
     with Store(db, read_only=True) as store:
-        found = answer(store)
+        found = answer(store, loud=True)
         cells = {str(r["cell_id"]): stored_cell(r) for r in reversed(recorded.all_cell_records(store))}
     found = _listed_here(found, matrix)
     labels = [label for label in found.machines_of() if machine.lower() in label.lower()]
@@ -511,7 +512,7 @@ def trip_account(db: Path, matrix: Path, wheelhouse: Path | None = None) -> list
     folder = next((f for f in folders if (f / MANIFEST).is_file()), None)
     holding = _holding_of(folder / MANIFEST) if folder is not None else None
     with open_results(db, read_only=True) as results:
-        found = answer(results)
+        found = answer(results, loud=True)
     lines = account(found.transitions, holding)
     text = account_text(lines)
     if folder is None and not all(line.exact for line in lines):
@@ -544,3 +545,12 @@ def _why_not_built(settings: Settings) -> str:
     if settings.refine_limit:
         return f"refine_limit = {settings.refine_limit} probe cell(s) may have stopped it; rerun the sweep with a larger one (it resumes)"
     return "the sweep stopped before them (its time limit?); rerun it with the same wheelhouse: it resumes"
+
+
+def _node_ids(store: ResultStore) -> dict[str, str]:
+    """Test identity -> a node id pytest can be given: from DuckDB in one query, from a shard by its rows."""
+    if hasattr(store, "fetch"):
+        from harness.storage import queries
+
+        return queries.node_ids(cast(SqlResultsFile, store))
+    return {str(r["scenario"]): str(r["node_id"]) for r in store.outcome_rows()}
