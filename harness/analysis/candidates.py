@@ -12,7 +12,7 @@ candidates; `analysis.knowngood` narrows them as it drops scenarios.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -163,3 +163,44 @@ def _covers(node: str, test: str) -> bool:
 def breaks_collection(row: Mapping[str, Any]) -> bool:
     """A row of a suite's file or paths (no `::`) that failed: its tests were not collected."""
     return "::" not in str(row.get("scenario") or "") and str(row["status"]) in (*FAILURES, Status.INCONCLUSIVE)
+
+
+# -- a candidate as the store sums it up -------------------------------------------------------
+#: One reason a test does not pass in some candidate cells: (test, reason, the cells' ids, the test's runs there).
+Failure = tuple[str, str, Sequence[str], Iterable[str]]
+
+
+@dataclass
+class Standing:
+    """One candidate as `storage.pins` sums it up over every outcome: its exact versions, its (run,
+    cell) pairs (one row each: the cell's columns, when its chosen outcomes ran), and how many
+    chosen scenarios do not pass there (`Candidate.passes`, decided in SQL). What `Candidate` says
+    of its rows, said of its pairs: a pin reads outcomes only to name why a test fails."""
+
+    versions: dict[str, str]
+    requested: dict[str, str] = field(default_factory=dict)
+    pairs: list[Mapping[str, Any]] = field(default_factory=list)
+    failing: int = 0
+
+    @property
+    def cell_id(self) -> str:
+        return min((str(p.get("cell_id") or "") for p in self.pairs), default="")
+
+    def runs(self) -> tuple[str, ...]:
+        return tuple(sorted({str(p.get("run_id") or "") for p in self.pairs} - {""}))
+
+    def machines(self) -> tuple[str, ...]:
+        return tuple(sorted({machine_of(p).label() for p in self.pairs}))
+
+
+def single_failure(test: str, status: str, signature: str, message: str, cells: Sequence[str], runs: Iterable[str]) -> Failure:
+    """A test that failed in one outcome in each of `cells`, never marked flaky: as `Candidate.result`
+    words one outcome that did not pass (the store groups a suite's thousands by what they say)."""
+    return test, _one_failure(status, signature, message).reason, cells, [r for r in runs if r]
+
+
+def failure_of(cell_id: str, test: str, rows: Sequence[Mapping[str, Any]]) -> Failure:
+    """A test that did not pass in cell `cell_id`, from every outcome of it there (repeats, runs, a
+    history of flakiness): worded by `Candidate.result` itself."""
+    cell = Candidate({}, rows=defaultdict(list, {test: list(rows)}))
+    return test, cell.result(test).reason, (cell_id,), cell.runs(test)

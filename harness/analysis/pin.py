@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from harness.analysis.candidates import Candidate, ScenarioResult, breaks_collection
+from harness.analysis.candidates import Candidate, Failure, ScenarioResult, Standing, breaks_collection
 from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet, earliest
 from harness.analysis.rows import (
     CellFacts,
@@ -224,6 +224,24 @@ def admitted_rows(rows: Iterable[Mapping[str, Any]], constraints: Constraints | 
         if ok:
             out.append(row)
     return out
+
+
+def standings(pairs: Iterable[Mapping[str, Any]], constraints: Constraints) -> list[Standing]:
+    """The candidates `constraints` admit, from one row per (run, cell) pair that holds a chosen
+    scenario (`storage.pins.pairs`, in the order `by_cell` meets them): `candidates_of`'s rule, per pair."""
+    cells: dict[tuple[tuple[str, str], ...], Standing] = {}
+    for pair in pairs:
+        if not constraints.admits_row(pair):
+            continue
+        facts = cell_facts(pair)
+        key = tuple(sorted(facts.installed.items()))
+        if not key:  # no versions: no candidate, as `candidates_of` joins such a cell to none
+            continue
+        cell = cells.setdefault(key, Standing(dict(facts.installed)))
+        cell.pairs.append(pair)
+        for axis, value in facts.asked.items():
+            cell.requested.setdefault(axis, value)
+    return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
 
 
 # -- the result ------------------------------------------------------------------------------
@@ -446,11 +464,11 @@ def choose_among(cells: list[Candidate], wanted: tuple[str, ...], constraints: C
         freeze=tuple(sorted(json_map(latest.get("installed")).items())),
         inherited=tuple(sorted(json_map(latest.get("inherited")).items())),
         evidence=tuple(ScenarioEvidence(s, verdicts[id(chosen)][s].passed, chosen.runs(s)) for s in wanted),
-        excluded=tuple(_exclusions(chosen, cells, verdicts, qualifying, order, wanted)),
+        excluded=tuple(_exclusions(chosen, cells, qualifying, order, lambda group: _blockers(group, verdicts, wanted))),
     )
 
 
-def _rank_key(cell: Candidate, order: Sequence[str]) -> tuple[Any, ...]:
+def _rank_key(cell: _Ranked, order: Sequence[str]) -> tuple[Any, ...]:
     return (*(preference(cell.versions.get(axis)) for axis in order), cell.cell_id)
 
 
@@ -470,27 +488,45 @@ class _Verdicts:
 
 def _blockers(cells: Iterable[Candidate], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]) -> list[Blocker]:
     """(scenario, reason) -> the cells showing it, most cells first."""
-    found: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
-    for cell in cells:
-        for scenario in verdicts[id(cell)].failing:
-            found[(scenario, verdicts[id(cell)][scenario].reason)].append(cell)
-    blockers = [
-        Blocker(scenario, reason, tuple(sorted(c.cell_id for c in group)), tuple(sorted({r for c in group for r in c.runs(scenario)})))
-        for (scenario, reason), group in found.items()
-    ]
+    failures = (
+        (scenario, verdicts[id(cell)][scenario].reason, (cell.cell_id,), cell.runs(scenario))
+        for cell in cells
+        for scenario in verdicts[id(cell)].failing
+    )
+    return blockers_from(failures, scenarios)
+
+
+def blockers_from(failures: Iterable[Failure], scenarios: Sequence[str]) -> list[Blocker]:
+    """Each (scenario, reason) with the cells showing it and their runs, most cells first."""
+    found: dict[tuple[str, str], tuple[list[str], set[str]]] = {}
+    for scenario, reason, cell_ids, runs in failures:
+        cells, seen = found.setdefault((scenario, reason), ([], set()))
+        cells.extend(cell_ids)
+        seen.update(runs)
+    blockers = [Blocker(scenario, reason, tuple(sorted(cells)), tuple(sorted(runs))) for (scenario, reason), (cells, runs) in found.items()]
     rank = {s: k for k, s in enumerate(scenarios)}  # not scenarios.index: thousands of blockers over thousands of tests
     return sorted(blockers, key=lambda b: (-len(b.cells), rank[b.scenario], b.reason))
 
 
+class _Ranked(Protocol):
+    """A candidate as ranking and exclusions read it: a `Candidate`, or a `Standing`."""
+
+    @property
+    def versions(self) -> dict[str, str]: ...
+
+    @property
+    def cell_id(self) -> str: ...
+
+
 def _exclusions(
-    chosen: Candidate,
-    cells: list[Candidate],
-    verdicts: Mapping[int, _Verdicts],
-    qualifying: list[Candidate],
+    chosen: _Ranked,
+    cells: Sequence[_Ranked],
+    qualifying: Sequence[_Ranked],
     order: Sequence[str],
-    scenarios: Sequence[str],
+    blockers_of: Callable[[list[Any]], list[Blocker]],
 ) -> list[Exclusion]:
-    """For every axis and every tested version newer than the chosen one: what kept it out."""
+    """For every axis and every tested version newer than the chosen one: what kept it out
+    (`blockers_of` some of `cells`: why they do not pass)."""
     by_key = {tuple(sorted(c.versions.items())): c for c in cells}
     found = []
     for axis in order:
@@ -500,7 +536,7 @@ def _exclusions(
             # The neighbour: the chosen set with only this axis changed. Its failures are the answer.
             neighbour = by_key.get(tuple(sorted({**chosen.versions, axis: value}.items())))
             if neighbour is not None:
-                found.append(Exclusion(axis, value, tuple(_blockers([neighbour], verdicts, scenarios))))
+                found.append(Exclusion(axis, value, tuple(blockers_of([neighbour]))))
                 continue
             passing = [c for c in qualifying if c.versions.get(axis) == value]
             if passing:
@@ -512,15 +548,90 @@ def _exclusions(
                 continue
             tested = [c for c in cells if c.versions.get(axis) == value]
             note = f"{_UNTESTED}; fails in every cell that has it"
-            found.append(Exclusion(axis, value, tuple(_blockers(tested, verdicts, scenarios)), note))
+            found.append(Exclusion(axis, value, tuple(blockers_of(tested)), note))
     return found
 
 
 def _nothing_passes(base: PinResult, cells: list[Candidate], verdicts: Mapping[int, _Verdicts], scenarios: Sequence[str]) -> PinResult:
     failing = Counter(s for c in cells for s in verdicts[id(c)].failing)
+    return nothing_passes(base, failing, _blockers(cells, verdicts, scenarios), scenarios)
+
+
+def nothing_passes(base: PinResult, failing: Mapping[str, int], blocking: Sequence[Blocker], scenarios: Sequence[str]) -> PinResult:
+    """`base` when no candidate qualifies: why (`blocking`), and in how many cells each scenario fails (`failing`)."""
     rank = {s: k for k, s in enumerate(scenarios)}
     ranked = sorted(failing.items(), key=lambda item: (-item[1], rank[item[0]]))
-    return replace(base, blocking=tuple(_blockers(cells, verdicts, scenarios)), failing=tuple(ranked))
+    return replace(base, blocking=tuple(blocking), failing=tuple(ranked))
+
+
+# -- choosing among candidates the store summed up --------------------------------------------
+class StandingReads(Protocol):
+    """What `choose_standings` asks of the outcomes beyond the candidates' summaries (`storage.pins`)."""
+
+    def evidence(self, cell: Standing) -> Mapping[str, tuple[int, tuple[str, ...]]]:
+        """scenario -> (its outcomes, its runs) in `cell`, for those that have any there."""
+        ...
+
+    def first_at(self, cell: Standing, minute: str) -> tuple[str, str] | None:
+        """The (run, cell) of `cell`'s first outcome (in `Candidate.all_rows`' order) that started in `minute`."""
+        ...
+
+    def failures(self, cells: Sequence[Standing]) -> Iterable[Failure]:
+        """Why each scenario that does not pass in one of `cells` does not."""
+        ...
+
+    def failing_tests(self, cells: Sequence[Standing]) -> Mapping[str, int]:
+        """scenario -> in how many of `cells` it does not pass (those that pass in all: not listed)."""
+        ...
+
+
+def choose_standings(
+    cells: list[Standing], wanted: tuple[str, ...], constraints: Constraints, ranking: Sequence[str], reads: StandingReads
+) -> PinResult:
+    """`choose_among` over candidates whose verdicts the store decided (`Standing.failing`): the same
+    result, reading outcomes (`reads`) only for the winner's evidence and for the blockers it names."""
+    order = full_ranking(ranking, {a for c in cells for a in c.versions})
+    present_order = tuple(a for a in order if any(a in c.versions for c in cells))
+    qualifying = sorted((c for c in cells if not c.failing), key=lambda c: _rank_key(c, order), reverse=True)
+    base = PinResult(wanted, constraints, present_order, len(cells), len(qualifying))
+
+    def blockers_of(group: Sequence[Standing]) -> list[Blocker]:
+        return blockers_from(reads.failures(group), wanted) if group else []
+
+    if not qualifying:
+        return nothing_passes(base, reads.failing_tests(cells) if cells else {}, blockers_of(cells), wanted)
+    chosen = qualifying[0]
+    last_seen, latest = _latest_pair(chosen, reads)
+    found = reads.evidence(chosen)
+    python = str(latest.get("python") or "")
+    return replace(
+        base,
+        versions=tuple((a, chosen.versions[a]) for a in axis_sort(chosen.versions)),
+        cell_ids=tuple(sorted({str(p.get("cell_id") or "") for p in chosen.pairs})),
+        runs=chosen.runs(),
+        first_seen=min("" if p["unstarted"] else to_minute(p["earliest"]) for p in chosen.pairs),  # a row without a start: ""
+        last_seen=last_seen,
+        gpus=tuple(sorted({str(p.get("gpu")) for p in chosen.pairs if p.get("gpu")})),
+        platforms=tuple(sorted({str(p.get("platform")) for p in chosen.pairs if p.get("platform")})),
+        python=python if PYTHON_VERSION.match(python) else machine_of(latest).python,
+        machines=chosen.machines(),
+        freeze=tuple(sorted(json_map(latest.get("installed")).items())),
+        inherited=tuple(sorted(json_map(latest.get("inherited")).items())),
+        evidence=tuple(ScenarioEvidence(s, *found.get(s, (0, ()))) for s in wanted),
+        excluded=tuple(_exclusions(chosen, cells, qualifying, order, blockers_of)),
+    )
+
+
+def _latest_pair(chosen: Standing, reads: StandingReads) -> tuple[str, Mapping[str, Any]]:
+    """(the minute of `chosen`'s latest outcome, the pair holding the one `choose_among` takes as
+    latest: the first, in its rows' order, that started in that minute)."""
+    minutes = [to_minute(p.get("latest")) for p in chosen.pairs]
+    top = max(minutes)
+    tied = [p for p, minute in zip(chosen.pairs, minutes) if minute == top]
+    if len(tied) > 1:  # rare: several runs of one set within a minute; their rows say which comes first
+        where = reads.first_at(chosen, top)
+        tied = [p for p in tied if (p.get("run_id"), p.get("cell_id")) == where] or tied
+    return top, tied[0]
 
 
 # -- names and selections ----------------------------------------------------------------------

@@ -19,9 +19,19 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from harness.analysis import export
+from harness.analysis.candidates import Failure, Standing, failure_of, single_failure
 from harness.analysis.export import Sources
 from harness.analysis.machines import ANY_MACHINE, find_machine, machine_classes, newest_machine
-from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, admitted_cells, choose, with_evidence
+from harness.analysis.pin import (
+    DEFAULT_RANKING,
+    Constraints,
+    PinResult,
+    admitted_cells,
+    choose,
+    choose_standings,
+    standings,
+    with_evidence,
+)
 from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.requirement import as_constraints, requirements
 from harness.analysis.rows import CellFacts, by_cell, cell_facts, group_of, machine_class
@@ -30,7 +40,7 @@ from harness.analysis.status import Status
 from harness.errors import BadInput
 from harness.inputs.candidates import expand_find_links
 from harness.running.envs import uv_binary
-from harness.storage import clauses, queries, recorded
+from harness.storage import clauses, pins, queries, recorded
 from harness.storage.store import Store
 from harness.workflows.answering import answer
 
@@ -223,16 +233,67 @@ def newest_machine_of(store: Store) -> str:
 
 
 def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constraints, ranking: Sequence[str] = DEFAULT_RANKING) -> PinResult:
-    """The dashboard's path: slim rows from DuckDB (constraints pushed down), then the full freeze of the winner."""
-    pushed: dict[str, list[str]] = {}
-    for axis, spec in constraints.fixed:
-        if spec.startswith("=="):
-            pushed[axis] = [spec.removeprefix("==")]
-    rows, quiet = queries.loud_pin_rows(store, list(scenarios), pushed)
-    if constraints.machine:
-        with_machines(rows, recorded.runs(store))
-    result = choose(rows, scenarios, constraints, ranking, quiet=quiet)
+    """The dashboard's path: decided in DuckDB (`storage.pins`: which candidates pass every chosen test,
+    constraints pushed down), chosen among the few candidates in Python (`choose_standings`), then
+    the full freeze of the winner. The result `choose` gives over the rows (`queries.loud_pin_rows`),
+    without reading them: 0.4 s rather than 4 s over a suite's 78,000 tests at 2,000,000 outcomes."""
+    wanted = tuple(dict.fromkeys(scenarios))
+    pushed = {axis: [spec.removeprefix("==")] for axis, spec in constraints.fixed if spec.startswith("==")}
+    with store.reading(), pins.chosen_table(store, wanted) as chosen:
+        cells = standings(pins.pairs(store, chosen, pushed), constraints)
+        members = _members(cells)
+        with pins.loud_table(store, chosen, members) as loud:
+            for k, failing in pins.failing_counts(store, loud, chosen, members).items():
+                cells[k].failing = failing
+            result = choose_standings(cells, wanted, constraints, ranking, _StoreReads(store, chosen, loud, cells, members))
     return with_full_freeze(result, recorded.cell_records(store, result.cell_ids[0]) if result.found else [])
+
+
+def _members(cells: Sequence[Standing]) -> pins.Members:
+    """The candidates' (run, cell) pairs, each candidate's in the order `pins.pairs` listed them (`choose`'s order of rows)."""
+    found = [(str(p["run_id"]), str(p["cell_id"]), k) for k, c in enumerate(cells) for p in c.pairs]
+    return pins.Members(tuple(f[0] for f in found), tuple(f[1] for f in found), tuple(f[2] for f in found))
+
+
+class _StoreReads:
+    """`StandingReads` from the results file: the outcomes of the chosen tests (`chosen`, a temporary
+    table; `loud`, those that say something: `pins.loud_table`) in candidates `cells`, read only
+    where `choose_standings` asks."""
+
+    def __init__(self, store: Store, chosen: str, loud: str, cells: Sequence[Standing], members: pins.Members) -> None:
+        self.store, self.chosen, self.loud, self.cells, self.members = store, chosen, loud, cells, members
+        self.index = {id(c): k for k, c in enumerate(cells)}
+        self._failures: pins.Failures | None = None
+
+    def _of(self, cells: Sequence[Standing]) -> pins.Members:
+        return self.members.only({self.index[id(c)] for c in cells})
+
+    def evidence(self, cell: Standing) -> Mapping[str, tuple[int, tuple[str, ...]]]:
+        return pins.evidence(self.store, self.chosen, self._of([cell]), cell.runs())
+
+    def first_at(self, cell: Standing, minute: str) -> tuple[str, str] | None:
+        return pins.first_at(self.store, self.chosen, self._of([cell]), minute)
+
+    def failing_tests(self, cells: Sequence[Standing]) -> Mapping[str, int]:
+        return pins.failing_tests(self.store, self.loud, self.chosen, self._of(cells))
+
+    def failures(self, cells: Sequence[Standing]) -> Iterable[Failure]:
+        if self._failures is None:  # every candidate that fails, read at once: a pin names several (each newer version's)
+            failing = [c for c in self.cells if c.failing]
+            self._failures = pins.failures(self.store, self.loud, self.chosen, self._of(failing)) if failing else pins.Failures({}, {}, [])
+        wanted = {self.index[id(c)] for c in cells}
+        every = len(wanted) == len(self.cells)
+        cell_of = [c.cell_id for c in self.cells]
+        for (test, status, signature, message), (cands, runs) in self._failures.single.items():
+            if not every:  # some of the candidates: their share of each group
+                kept = [(c, r) for c, r in zip(cands, runs) if c in wanted]
+                cands, runs = tuple(c for c, _ in kept), tuple(r for _, r in kept)
+            if cands:
+                yield single_failure(test, status, signature, message, [cell_of[c] for c in cands], runs)
+        for (cand, test), rows in self._failures.rows.items():
+            if cand in wanted:
+                yield failure_of(cell_of[cand], test, rows)
+        yield from ((test, "no outcome", (cell_of[cand],), ()) for cand, test in self._failures.absent if cand in wanted)
 
 
 @dataclass

@@ -1,0 +1,261 @@
+"""A pin's decisions over every outcome, stated in SQL (issue 48: decide in SQL, print in Python).
+
+`harness.analysis.pin.choose` decides a pin over rows: every outcome of every chosen test in every
+candidate cell, 437,000 Python dicts for a suite's `-m 'not slow'` at 2,000,000 outcomes. The
+decisions that need every row are asked here instead, over table `outcomes`, and return one row
+per (run, cell) pair, per candidate, or per failure to name:
+
+- `pairs`: the admitted (run, cell) pairs that hold a chosen test, with the cell columns the pin's
+  rows carry (`queries.loud_pin_rows`) and when their chosen outcomes ran; Python makes them
+  candidates (`analysis.pin.standings`), as `analysis.pin.candidates_of` makes them of rows;
+- `failing_counts`: per candidate, how many chosen tests do not pass there (`Candidate.passes`:
+  a test passes where each of its outcomes passed and no history marks it flaky across runs, or
+  where it has no outcome and is a node id, not collected by that cell's release of the suite);
+- `failing_tests`: per chosen test, in how many candidates it does not pass (when nothing qualifies);
+- `evidence`: per chosen test, its outcomes and runs in the winner;
+- `failures`: why a test does not pass in the few candidates a result names (its blockers): one
+  row per (test, status, signature, message) for the failures of one outcome, and the rows of the
+  few others (repeats, runs that disagree, flaky across runs) for `Candidate.result` to word.
+
+Each takes the chosen tests as a temporary table (`chosen`, made in `store.reading()`) and the
+candidates as their (run, cell) pairs (`Members`). tests/unit/test_pin_sql_*.py hold them to the
+Python rule on tables of cases, and `pin_from_store` to the result `choose` gives.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness.analysis.status import Status
+from harness.storage import clauses
+from harness.storage.clauses import Filters
+from harness.storage.resultsfile import SqlResultsFile
+
+#: One failure of one outcome, as `failures` groups it: (test, status, signature, message's first line).
+Single = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Members:
+    """Candidates as the (run, cell) pairs each pools: `pairs[i]` belongs to candidate `cands[i]`."""
+
+    runs: tuple[str, ...]
+    cells: tuple[str, ...]
+    cands: tuple[int, ...]
+
+    def only(self, wanted: set[int]) -> Members:
+        kept = [k for k, cand in enumerate(self.cands) if cand in wanted]
+        return Members(tuple(self.runs[k] for k in kept), tuple(self.cells[k] for k in kept), tuple(self.cands[k] for k in kept))
+
+    def cte(self) -> tuple[str, list[Any]]:
+        """`m (run_id, cell_id, cand, k)`: a few dozen pairs, as parameters rather than a table; `k`, a
+        pair's place in `pairs`' order, which is the order `choose` meets their rows in."""
+        sql = (
+            "m AS (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS cell_id, unnest(?::INTEGER[]) AS cand, "
+            "unnest(?::INTEGER[]) AS k)"
+        )
+        return sql, [list(self.runs), list(self.cells), list(self.cands), list(range(len(self.cands)))]
+
+
+def identity(store: SqlResultsFile, alias: str = "") -> str:
+    """A test's identity across the suite's releases in table `outcomes`, as the pin's rows name it (`rows.as_tests`)."""
+    if "test_id" in clauses.columns(store, "outcomes"):
+        return f"COALESCE(nullif({alias}test_id, ''), {alias}scenario)"
+    return f"{alias}scenario"
+
+
+@contextmanager
+def chosen_table(store: SqlResultsFile, tests: Sequence[str]) -> Iterator[str]:
+    """The chosen tests as a temporary table (thousands: a table rather than as many `?`); call
+    inside `store.reading()`, where the table lives on one connection."""
+    name = f"harness_pin_chosen_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
+    store.fetch(f"CREATE TEMP TABLE {name} AS SELECT DISTINCT unnest(?::VARCHAR[]) AS test", [list(tests)])
+    try:
+        yield name
+    finally:
+        store.fetch(f"DROP TABLE IF EXISTS {name}")
+
+
+def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """One row per (run, cell) pair that `filters` admit and that holds an outcome of a chosen test,
+    in the order `analysis.rows.by_cell` meets them in the pin's rows (by cell, then test, then run):
+    the cell columns of `queries.loud_pin_rows`' rows (and `gpu_count`, the run's, as
+    `pinning.with_machines` adds it), `outcomes`, `first` (the smallest chosen test), `earliest`
+    and `latest` (when its chosen outcomes started) and `unstarted` (how many have no start time)."""
+    cuda, version = (clauses.column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
+    host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL AS host_python"
+    ctes, params, _, _ = clauses.admitted_pairs({k: v for k, v in (filters or {}).items() if k != "scenario"})
+    rows = store.fetch(
+        f"""
+        WITH {ctes.strip()},
+        h AS (SELECT run_id, host->>'python' AS host_python, json_extract(host, '$.gpu_count') AS gpu_count FROM runs),
+        c AS (
+            SELECT run_id, cell_id, python, versions, {cuda}, {version},
+                   (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE installed->>k IS NOT NULL) AS installed,
+                   (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE inherited->>k IS NOT NULL) AS inherited
+            FROM cells
+        ),
+        o AS (
+            SELECT run_id, cell_id, count(*) AS outcomes, min({identity(store)}) AS first,
+                   min(started_at) AS earliest, max(started_at) AS latest, count(*) FILTER (started_at IS NULL) AS unstarted
+            FROM outcomes WHERE {identity(store)} IN (SELECT test FROM {chosen}) GROUP BY run_id, cell_id
+        )
+        SELECT o.run_id, o.cell_id, a.gpu, a.platform, {host}, h.gpu_count,
+               c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version,
+               o.outcomes, o.first, o.earliest, o.latest, o.unstarted
+        FROM o JOIN admitted a USING (run_id, cell_id) LEFT JOIN h USING (run_id) LEFT JOIN c USING (run_id, cell_id)
+        ORDER BY o.cell_id, o.first, o.run_id
+        """,
+        params,
+    )
+    for row in rows:  # the run's host JSON as `recorded.runs` decodes it (2, "2", 2.0 read alike there)
+        row["gpu_count"] = json.loads(row["gpu_count"]) if isinstance(row["gpu_count"], str) else row["gpu_count"]
+    return rows
+
+
+@contextmanager
+def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator[str]:
+    """A temporary table of the outcomes, in the candidates' pairs, of the chosen tests that say
+    something there: those that did not pass somewhere, those a history marks flaky across runs
+    (`queries.mark_flaky`), and the scenarios (no `::`, which a candidate without an outcome of
+    them fails). Every outcome of such a test, with its candidate (`cand`), its pair's place
+    (`k`), and `marked` and `flaky_across` (the history's reason) where marked; and of the test in
+    that candidate: its `outcomes`, whether it does not pass (`bad`) and whether any is marked (`flaky`). The other chosen
+    tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 194,000 rows."""
+    name = f"harness_pin_loud_{uuid.uuid4().hex[:12]}"
+    m, params = members.cte()
+    test = identity(store, "o.")
+    flaky = (
+        "SELECT run_id, cell_id, test, any_value(reason) AS reason FROM flaky GROUP BY ALL"
+        if store.has_table("flaky")
+        else "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS cell_id, NULL::VARCHAR AS test, NULL::VARCHAR AS reason WHERE false"
+    )
+    store.fetch(
+        f"""
+        CREATE TEMP TABLE {name} AS
+        WITH {m},
+        f AS ({flaky}),
+        loud AS (
+            SELECT DISTINCT {test} AS test FROM outcomes o JOIN m USING (run_id, cell_id)
+            WHERE o.status <> '{Status.PASS.value}' AND {test} IN (SELECT test FROM {chosen})
+            UNION SELECT test FROM f JOIN m USING (run_id, cell_id) WHERE test IN (SELECT test FROM {chosen})
+            UNION SELECT test FROM {chosen} WHERE strpos(test, '::') = 0
+        ),
+        o AS (
+            SELECT m.cand, m.k, {test} AS test, o.run_id, o.cell_id, o.repeat, o.status, o.signature,
+                   split_part(o.message, chr(10), 1) AS message, o.started_at
+            FROM outcomes o JOIN m USING (run_id, cell_id) WHERE {test} IN (SELECT test FROM loud)
+        )
+        SELECT *, count(*) OVER w AS outcomes, bool_or(NOT passed) OVER w AS bad, bool_or(marked) OVER w AS flaky FROM (
+            SELECT o.*, f.test IS NOT NULL AS marked, f.reason AS flaky_across,
+                   o.status = '{Status.PASS.value}' AND f.test IS NULL AS passed
+            FROM o LEFT JOIN f USING (run_id, cell_id, test)
+        ) WINDOW w AS (PARTITION BY cand, test)
+        """,
+        params,
+    )
+    try:
+        yield name
+    finally:
+        store.fetch(f"DROP TABLE IF EXISTS {name}")
+
+
+def _failing(loud: str, chosen: str, members: Members) -> tuple[str, list[Any]]:
+    """CTEs `m`, `bad` (cand, test): the chosen tests that do not pass in each candidate (an outcome
+    that did not pass, or one marked flaky across runs) and `missing`: the scenarios without an outcome there."""
+    m, params = members.cte()
+    sql = f"""{m},
+        bad AS (SELECT DISTINCT cand, test FROM {loud} WHERE bad),
+        missing AS (
+            SELECT k.cand, t.test FROM (SELECT DISTINCT cand FROM m) k, {chosen} t WHERE strpos(t.test, '::') = 0
+            EXCEPT SELECT cand, test FROM {loud}
+        ),
+        failing AS (SELECT * FROM bad WHERE cand IN (SELECT cand FROM m) UNION ALL SELECT * FROM missing)"""
+    return sql, params
+
+
+def failing_counts(store: SqlResultsFile, loud: str, chosen: str, members: Members) -> dict[int, int]:
+    """candidate -> how many chosen tests do not pass there (`Candidate.passes`); 0 for the qualifying."""
+    ctes, params = _failing(loud, chosen, members)
+    counts = dict.fromkeys(members.cands, 0)
+    counts.update({int(c): int(n) for c, n in store.fetch_tuples(f"WITH {ctes} SELECT cand, count(*) FROM failing GROUP BY cand", params)})
+    return counts
+
+
+def failing_tests(store: SqlResultsFile, loud: str, chosen: str, members: Members) -> dict[str, int]:
+    """chosen test -> in how many of the candidates it does not pass (those where it passes: not listed)."""
+    ctes, params = _failing(loud, chosen, members)
+    return {str(t): int(n) for t, n in store.fetch_tuples(f"WITH {ctes} SELECT test, count(*) FROM failing GROUP BY test", params)}
+
+
+def evidence(store: SqlResultsFile, chosen: str, members: Members, runs: Sequence[str]) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """chosen test -> (its outcomes, its runs, sorted) in the candidate `members` pools; tests without
+    one: not listed. runs: the candidate's; one run is every test's there (no list per test)."""
+    m, params = members.cte()
+    test = identity(store, "o.")
+    listed = "NULL" if len(runs) <= 1 else "list(DISTINCT run_id ORDER BY run_id) FILTER (run_id <> '')"
+    sql = (
+        f"WITH {m} SELECT {test} AS test, count(*), {listed} FROM outcomes o JOIN m USING (run_id, cell_id) "
+        f"WHERE {test} IN (SELECT test FROM {chosen}) GROUP BY ALL"
+    )
+    every = tuple(runs)
+    return {str(t): (int(n), tuple(found) if found is not None else every) for t, n, found in store.fetch_tuples(sql, params)}
+
+
+def first_at(store: SqlResultsFile, chosen: str, members: Members, minute: str) -> tuple[str, str] | None:
+    """The (run, cell) of the first chosen outcome that started in `minute` (`rows.to_minute`), in
+    the order `Candidate.all_rows` lists them (each test where its first pair holds it, then by
+    pair and repeat): the row `choose` takes as the latest when the candidate's pairs tie."""
+    m, params = members.cte()
+    test = identity(store, "o.")
+    sql = (
+        f"WITH {m}, o AS (SELECT {test} AS test, o.run_id, o.cell_id, o.repeat, o.started_at, m.k FROM outcomes o "
+        f"JOIN m USING (run_id, cell_id) WHERE {test} IN (SELECT test FROM {chosen})) "
+        "SELECT run_id, cell_id FROM (SELECT *, min(k) OVER (PARTITION BY test) AS first_k FROM o) "
+        "WHERE COALESCE(strftime(started_at, '%Y-%m-%d %H:%M'), '') = ? ORDER BY first_k, test, k, repeat LIMIT 1"
+    )
+    found = next(store.fetch_tuples(sql, [*params, minute]), None)
+    return (str(found[0]), str(found[1])) if found else None
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Why chosen tests do not pass in some candidates (`failures`).
+
+    single: (test, status, signature, message) -> (the candidates, their runs): a failure of one outcome, no history of flakiness;
+    rows: (candidate, test) -> the rows of every other failing test there (all its outcomes), as `Candidate.result` reads them;
+    absent: (candidate, test) of scenarios with no outcome there."""
+
+    single: Mapping[Single, tuple[tuple[int, ...], tuple[str, ...]]]
+    rows: Mapping[tuple[int, str], list[dict[str, Any]]]
+    absent: list[tuple[int, str]]
+
+
+def failures(store: SqlResultsFile, loud: str, chosen: str, members: Members) -> Failures:
+    """What `Failures` holds, for the candidates of `members`: read only where a test does not pass."""
+    ctes, params = _failing(loud, chosen, members)
+    mine = f"SELECT * EXCLUDE (started_at, passed, bad) FROM {loud} WHERE bad AND cand IN (SELECT cand FROM m)"
+    single: dict[Single, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+    sql = (
+        f"WITH {ctes} SELECT test, status, COALESCE(signature, ''), COALESCE(message, ''), list(cand ORDER BY cand), "
+        f"list(run_id ORDER BY cand) FROM ({mine}) WHERE outcomes = 1 AND NOT flaky GROUP BY ALL"
+    )
+    for test, status, signature, message, cands, runs in store.fetch_tuples(sql, params):
+        single[(str(test), str(status), str(signature), str(message))] = (tuple(map(int, cands)), tuple(map(str, runs)))
+    rows: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    sql = (  # `choose`'s order: by pair, then repeat (a tie in `Counter.most_common` keeps the first)
+        f"WITH {ctes} SELECT * EXCLUDE (outcomes, flaky) FROM ({mine}) WHERE outcomes > 1 OR flaky ORDER BY cand, test, k, repeat"
+    )
+    for row in store.fetch(sql, params):
+        if not row.pop("marked"):
+            del row["flaky_across"]  # `mark_flaky` sets the key only on marked rows; `Candidate.result` asks whether it is there
+        rows.setdefault((int(row["cand"]), str(row["test"])), []).append(row)
+    absent = [(int(c), str(t)) for c, t in store.fetch_tuples(f"WITH {ctes} SELECT cand, test FROM missing", params)]
+    return Failures(single, rows, absent)
