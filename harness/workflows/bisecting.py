@@ -199,7 +199,7 @@ def prepare_bisect(options: BisectOptions) -> BisectSetup:
         rows = []
         if options.db.is_file():
             with Store(options.db, read_only=True) as store:
-                rows = [r for r in queries.outcome_rows(store) if name in (r["scenario"], r["node_id"])]
+                rows = queries.outcome_rows_with_traces(store, scenarios=[name])  # its rows alone, by identity or node id
         _fill_end_from_rows(options, base, name, rows, final_releases(index, options.axis))
     steps = (
         git_steps(options.git, options.good, options.bad) if options.git else release_steps(index, options.axis, options.good, options.bad)

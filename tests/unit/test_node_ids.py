@@ -27,17 +27,34 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_the_node_id_kept_is_the_rows(tmp_path: Path, case: str) -> None:
-    db = tmp_path / "r.duckdb"
+def _write(db: Path, cells: dict[str, list[tuple[str, str]]]) -> None:
     with Store(db) as store:
         store.ensure_run("r", "m.toml", "", {}, "0.1.0", CPU)
-        for k, (cell, outcomes) in enumerate(CASES[case].items()):
+        for k, (cell, outcomes) in enumerate(cells.items()):
             pins = {"packaging": f"2{k}.0"}
             store.record_cell(CellRecord("r", cell, "3.11", pins, [], pins, {}, {}, "ready", "", 1.0, False))
             for node, test_id in outcomes:
                 store.add_outcome(Outcome("r", cell, node, 0, Status.PASS, started_at="2026-11-20T04:00:00", test_id=test_id))
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_the_node_id_kept_is_the_rows(tmp_path: Path, case: str) -> None:
+    db = tmp_path / "r.duckdb"
+    _write(db, CASES[case])
     with Store(db, read_only=True) as store:
         every = {str(r["scenario"]): str(r["node_id"]) for r in queries.outcome_rows(store)}
         assert queries.node_ids(store) == every
     assert len(every) == 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_tests_rows_by_identity_or_node_id_are_the_rows_that_name_it(tmp_path: Path, case: str) -> None:
+    """`harness bisect` with one end reads the test's stored rows in SQL (`outcome_rows_with_traces`), not every row."""
+    db = tmp_path / "r.duckdb"
+    _write(db, CASES[case])
+    with Store(db, read_only=True) as store:
+        every = queries.outcome_rows(store)
+        for name in {n for outcomes in CASES[case].values() for pair in outcomes for n in pair if n}:
+            found = queries.outcome_rows_with_traces(store, scenarios=[name])
+            named = [r for r in every if name in (r["scenario"], r["node_id"])]
+            assert [{k: r[k] for k in every[0]} for r in found] == named, name  # and the traceback, the output, the first run
