@@ -195,8 +195,8 @@ def lines_of(chosen: Iterable[Chosen | None], cells: Mapping[tuple[str, str], Li
     return out
 
 
-#: (row, cell id) -> how many outcomes of each status: a line's squares before they are folded.
-Counts = Mapping[tuple[str, str], Mapping[str, int]]
+#: cell id -> row -> how many outcomes of each status: a line's squares before they are folded.
+Counts = Mapping[str, Mapping[str, Mapping[str, int]]]
 
 
 def table_of(
@@ -206,23 +206,23 @@ def table_of(
     transitions: Iterable[Transition],
     group: Callable[[str], str],
 ) -> SupportTable:
-    """One line's table from its cells' outcomes counted by (row, cell) (`counts`: the line's cells'
+    """One line's table from its cells' outcomes counted by cell and row (`counts`: the line's cells'
     and any others'), and the answers to mark (`group` maps a marked answer's scenario to its row)."""
     library = line.library
     held_at = line.cells[0].values  # any cell of the line: they differ only in `library`
     by_value = {c.values[library]: c.cell_id for c in line.cells}
     columns = _columns(by_value, releases.get(library, ()))
     index = {c.cell_id: i for i, c in enumerate(columns) if c.built}
-    mine = {c.cell_id for c in line.cells}
     words: dict[frozenset[tuple[str, int]], Entry] = {}  # a suite's 30,000 squares hold a few distinct counts
     entries: dict[tuple[str, int], Entry] = {}
-    for (row, cell_id), n in counts.items():
-        if cell_id in mine:  # one cell a column: a column's release ran in one cell of the line
+    for cell in line.cells:
+        column = index[cell.cell_id]  # one cell a column: a column's release ran in one cell of the line
+        for row, n in counts.get(cell.cell_id, {}).items():
             seen = frozenset(n.items())
             word = words.get(seen)
             if word is None:
                 word = words[seen] = Entry(fold(n))
-            entries[(row, index[cell_id])] = word
+            entries[(row, column)] = word
     rows_shown = tuple(sorted({r for r, _ in entries}))  # the rows with outcomes, before any mark is added
     marks = _marks(transitions, library, set(index), line.cells[0].machine)
     at = {c.release: i for i, c in enumerate(columns) if c.built}
@@ -235,25 +235,26 @@ def table_of(
     return SupportTable(line.machine, library, held, line.known_good, tuple(columns), rows_shown, entries)
 
 
-def _counts(found: Answer, machine: str, cells: set[str], group: Callable[[str], str]) -> dict[tuple[str, str], Counter[str]]:
-    """(row, cell id) -> its outcomes by status, of the rows read on one machine class in `cells`;
+def _counts(found: Answer, machine: str, cells: set[str], group: Callable[[str], str]) -> dict[str, dict[str, Counter[str]]]:
+    """cell id -> row -> its outcomes by status, of the rows read on one machine class in `cells`;
     a stand-in row is a pass of each quiet test (`analysis.quiet`)."""
-    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     quiet = by_group(found.quiet, group)
     named: dict[str, str] = {}  # scenario -> its row: `group` once per test, not once per outcome
     for facts, rows in found.cells.items():
         if facts.machine_class != machine or not rows or str(rows[0]["cell_id"]) not in cells:
             continue
         for row in rows:
+            mine = counts[str(row["cell_id"])]
             scenario = str(row["scenario"])
             if scenario == STAND_IN:
                 for name, n in quiet.items():
-                    counts[(name, str(row["cell_id"]))][Status.PASS.value] += n
+                    mine[name][Status.PASS.value] += n
                 continue
             shown = named.get(scenario)
             if shown is None:
                 shown = named[scenario] = group(scenario)
-            counts[(shown, str(row["cell_id"]))][str(row["status"])] += 1
+            mine[shown][str(row["status"])] += 1
     return counts
 
 

@@ -272,14 +272,11 @@ def square_counts(store: SqlResultsFile, pairs: Sequence[Pair], suite: bool) -> 
     return [(str(m), str(c), str(r), str(s), int(n)) for m, c, r, s, n in store.fetch_tuples(sql, params)]
 
 
-#: The JSON columns of table `transitions` (`attributed._TRANSITION_JSON`).
-_TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
-
-
 def line_transitions(store: SqlResultsFile, lines: Sequence[tuple[str, str, Sequence[str]]]) -> list[dict[str, Any]]:
-    """The stored exact answers of all runs (`attributed.transitions(store, "", exact=True)`) along
-    a line's library, on its machine, between two of its cells, in attribution's order: of `lines`
-    (library, machine, cell ids), the only ones a table can mark (`support._marks`)."""
+    """The stored exact answers of all runs (`attributed.transitions(store, "", exact=True)`, the
+    columns a table reads of them) along a line's library, on its machine, between two of its
+    cells, in attribution's order: of `lines` (library, machine, cell ids), the only ones a table
+    can mark (`support._marks`)."""
     if not store.has_table("transitions") or not lines:
         return []
     machine = "COALESCE(machine, '')" if "machine" in clauses.columns(store, "transitions") else "''"
@@ -288,9 +285,11 @@ def line_transitions(store: SqlResultsFile, lines: Sequence[tuple[str, str, Sequ
         ids = ", ".join("?" for _ in cells)
         on.append(f"(axis = ? AND {machine} = ? AND before_cell IN ({ids}) AND after_cell IN ({ids}))")
         params += [library, host, *cells, *cells]
+    # the columns a mark reads (`support._marks`, `Transition.headline`); an exact answer's lists are empty
     sql = (
-        "SELECT * FROM transitions WHERE scope = '' "
+        f"SELECT scenario, axis, kind, before, after, {machine} AS machine, before_cell, after_cell FROM transitions "
+        "WHERE scope = '' "
         "AND COALESCE(untested, 'null') IN ('[]', 'null') AND COALESCE(inconclusive, 'null') IN ('[]', 'null') "
         f"AND ({' OR '.join(on)}) ORDER BY scope, scenario, seq"
     )
-    return clauses.decode(store.fetch(sql, params), _TRANSITION_JSON)
+    return store.fetch(sql, params)

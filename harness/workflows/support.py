@@ -7,7 +7,7 @@ sweep`, `merge`, `attribute` and `compact` call after they wrote the file.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,11 +138,10 @@ def _support_in_sql(store: Any) -> tuple[tuple[SupportTable, ...], str] | None:
         lines = lines_of(chosen, cells)
         suite = decided.suite
         on_lines = {(line.machine, c.cell_id) for line in lines for c in line.cells}
-        counts: dict[str, dict[tuple[str, str], Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-        for machine, cell_id, row, status, n in support_rows.square_counts(
-            store, [p for p in pairs if (p.machine, p.cell_id) in on_lines], suite
-        ):
-            counts[machine][(row, cell_id)][status] += n
+        counts: dict[str, dict[str, dict[str, dict[str, int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+        lined = [p for p in pairs if (p.machine, p.cell_id) in on_lines]
+        for machine, cell_id, row, status, n in support_rows.square_counts(store, lined, suite):
+            counts[machine][cell_id][row][status] = n  # one count per (class, cell, row, status): the query's groups
         ends = [(line.library, line.cells[0].machine, [c.cell_id for c in line.cells]) for line in lines]
         stored = support_rows.line_transitions(store, ends)
         marked = [Transition.from_dict(r) for r in stored]
