@@ -10,6 +10,7 @@ an orderly stop, the run's scratch folder, the console's width, the cycle collec
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
 import os
@@ -79,7 +80,15 @@ def console_width(compact: bool, tty: bool, columns: str) -> int | None:
     return int(columns) if columns.isdigit() and int(columns) >= 20 else WIDTH
 
 
+#: Commands that read a file, answer, print and end: as the process, they end without freeing what
+#: they read one object at a time (`_exit_now`).
+ONE_SHOT = ("summary", "attribute", "pin", "report", "publish")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI. argv None: this process is the command (`python -m harness`, the `harness` script);
+    given, a caller's (tests call it in-process), which gets the exit code back, always."""
+    script = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     # A command comes first (the only other words are -h and --version): only its module is needed.
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
@@ -92,8 +101,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch.claim()
     compact = args.command in ("sweep", "summary") and not getattr(args, "wide", False)
     console = Console(width=console_width(compact, sys.stdout.isatty(), os.environ.get("COLUMNS", "")))
+    one_shot = script and args.command in ONE_SHOT
+    if one_shot:
+        from harness.workflows import answering
+
+        answering.hold_until_exit()
     with paced_collector():
-        return _run(args, console)
+        code = _run(args, console)
+    if one_shot:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End the process as `sys.exit` would, less the freeing of every object one by one: over a
+    suite's answers (255,000 rows, 78,000 transitions) that took 0.3-0.6 s of a 5 s summary. The
+    output is flushed and the exit handlers run (this run's scratch folder goes) first."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        atexit._run_exitfuncs()
+        os._exit(code)
 
 
 @contextmanager

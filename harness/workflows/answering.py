@@ -53,7 +53,22 @@ def answer(
         rows, quiet = queries.loud_rows(cast(SqlResultsFile, results), run_id)
     else:
         rows = results.outcome_rows(run_id)
-    return answer_rows(where(rows) if where is not None else rows, results.known_releases(), quiet)
+    found = answer_rows(where(rows) if where is not None else rows, results.known_releases(), quiet)
+    if _HELD is not None:
+        _HELD.append(found)
+    return found
+
+
+#: The answers a one-shot command made, kept until its process ends (`hold_until_exit`); None: not kept.
+_HELD: list[Answer] | None = None
+
+
+def hold_until_exit() -> None:
+    """Keep every answer made from here on until the process ends: a one-shot command (`cli.ONE_SHOT`)
+    ends without freeing them object by object (`cli._exit_now`). Never in a process that goes on
+    (the dashboard, a test): they would be held for its life."""
+    global _HELD
+    _HELD = []
 
 
 #: Set to read every row where a face would read the loud ones (`answer`'s `loud`).
