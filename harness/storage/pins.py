@@ -126,9 +126,10 @@ def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator
     something there: those that did not pass somewhere, those a history marks flaky across runs
     (`queries.mark_flaky`), and the scenarios (no `::`, which a candidate without an outcome of
     them fails). Every outcome of such a test, with its candidate (`cand`), its pair's place
-    (`k`), and `marked` and `flaky_across` (the history's reason) where marked; and of the test in
-    that candidate: its `outcomes`, whether it does not pass (`bad`) and whether any is marked (`flaky`). The other chosen
-    tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 194,000 rows."""
+    (`k`), `marked` and `flaky_across` (the history's reason) where marked, and whether it `passed`.
+    The other chosen tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes
+    keeps 204,000 rows. Beside it, `{name}_bad`: each (cand, test) that does not pass there, with its
+    `outcomes` and whether one is marked (`flaky`)."""
     name = f"harness_pin_loud_{uuid.uuid4().hex[:12]}"
     m, params = members.cte()
     test = identity(store, "o.")
@@ -153,17 +154,20 @@ def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator
                    split_part(o.message, chr(10), 1) AS message, o.started_at
             FROM outcomes o JOIN m USING (run_id, cell_id) WHERE {test} IN (SELECT test FROM loud)
         )
-        SELECT *, count(*) OVER w AS outcomes, bool_or(NOT passed) OVER w AS bad, bool_or(marked) OVER w AS flaky FROM (
-            SELECT o.*, f.test IS NOT NULL AS marked, f.reason AS flaky_across,
-                   o.status = '{Status.PASS.value}' AND f.test IS NULL AS passed
-            FROM o LEFT JOIN f USING (run_id, cell_id, test)
-        ) WINDOW w AS (PARTITION BY cand, test)
+        SELECT o.*, f.test IS NOT NULL AS marked, f.reason AS flaky_across,
+               o.status = '{Status.PASS.value}' AND f.test IS NULL AS passed
+        FROM o LEFT JOIN f USING (run_id, cell_id, test)
         """,
         params,
     )
     try:
+        store.fetch(
+            f"CREATE TEMP TABLE {name}_bad AS SELECT cand, test, count(*) AS outcomes, bool_or(marked) AS flaky "
+            f"FROM {name} GROUP BY cand, test HAVING bool_or(NOT passed)"
+        )
         yield name
     finally:
+        store.fetch(f"DROP TABLE IF EXISTS {name}_bad")
         store.fetch(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -172,7 +176,7 @@ def _failing(loud: str, chosen: str, members: Members) -> tuple[str, list[Any]]:
     that did not pass, or one marked flaky across runs) and `missing`: the scenarios without an outcome there."""
     m, params = members.cte()
     sql = f"""{m},
-        bad AS (SELECT DISTINCT cand, test FROM {loud} WHERE bad),
+        bad AS (SELECT cand, test FROM {loud}_bad),
         missing AS (
             SELECT k.cand, t.test FROM (SELECT DISTINCT cand FROM m) k, {chosen} t WHERE strpos(t.test, '::') = 0
             EXCEPT SELECT cand, test FROM {loud}
@@ -241,7 +245,10 @@ class Failures:
 def failures(store: SqlResultsFile, loud: str, chosen: str, members: Members) -> Failures:
     """What `Failures` holds, for the candidates of `members`: read only where a test does not pass."""
     ctes, params = _failing(loud, chosen, members)
-    mine = f"SELECT * EXCLUDE (started_at, passed, bad) FROM {loud} WHERE bad AND cand IN (SELECT cand FROM m)"
+    mine = (
+        f"SELECT l.* EXCLUDE (started_at, passed), b.outcomes, b.flaky FROM {loud} l JOIN {loud}_bad b USING (cand, test) "
+        "WHERE cand IN (SELECT cand FROM m)"
+    )
     single: dict[Single, tuple[tuple[int, ...], tuple[str, ...]]] = {}
     sql = (
         f"WITH {ctes} SELECT test, status, COALESCE(signature, ''), COALESCE(message, ''), list(cand ORDER BY cand), "
@@ -259,3 +266,15 @@ def failures(store: SqlResultsFile, loud: str, chosen: str, members: Members) ->
         rows.setdefault((int(row["cand"]), str(row["test"])), []).append(row)
     absent = [(int(c), str(t)) for c, t in store.fetch_tuples(f"WITH {ctes} SELECT cand, test FROM missing", params)]
     return Failures(single, rows, absent)
+
+
+def never_passed(store: SqlResultsFile, tests: Sequence[str], runs: Sequence[str] | None = None) -> list[str]:
+    """The tests of `tests` (in their order) without one outcome that passed in `runs` (None: in any
+    run): what the Pin page names when nothing passes, asked of the chosen tests only rather than
+    of every test on every machine (`pinning.passing_by_machine`, 1.3 s at 2,000,000 outcomes)."""
+    with store.reading(), chosen_table(store, tests) as chosen:
+        test = identity(store)
+        where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
+        sql = f"SELECT DISTINCT {test} FROM outcomes WHERE status = '{Status.PASS.value}' {where} AND {test} IN (SELECT test FROM {chosen})"
+        passed = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
+    return [t for t in tests if t not in passed]

@@ -226,6 +226,15 @@ def passing_by_machine(store: Store) -> dict[str, list[str]]:
     return found
 
 
+def never_passed_on(store: Store, tests: Sequence[str], machine: str) -> list[str]:
+    """The tests of `tests` that never passed on machine class `machine` (ANY_MACHINE: anywhere), in
+    their order: `passing_by_machine`'s answer for the few tests a pin chose, not for every test."""
+    if machine == ANY_MACHINE:
+        return pins.never_passed(store, tests)
+    runs = [run for run, record in recorded.runs(store).items() if machine_class(record.get("host") or {}) == machine]
+    return pins.never_passed(store, tests, runs)
+
+
 def newest_machine_of(store: Store) -> str:
     """The machine class of the file's newest run, by its latest outcome (the pin's default, as `newest_machine`)."""
     rows = store.fetch("SELECT gpu, gpu_count, platform FROM outcomes_v ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT 1")

@@ -3,7 +3,8 @@
 before issue 48): a table of small stores, each pinned over several selections and constraints,
 must give the same `PinResult`, field for field (versions, evidence, excluded and their words,
 blocking, failing, counts, first and last seen); and each candidate's count of chosen tests that
-do not pass (`pins.failing_counts`) must be what `Candidate.passes` says of its rows."""
+do not pass (`pins.failing_counts`) must be what `Candidate.passes` says of its rows; and the
+tests the page names as never passed on a machine (`never_passed_on`) what `passing_by_machine` says."""
 
 from __future__ import annotations
 
@@ -15,12 +16,21 @@ from typing import Any
 import pytest
 
 from harness.analysis.candidates import Standing
+from harness.analysis.machines import ANY_MACHINE
 from harness.analysis.outcome import CellRecord
 from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult, candidates_of, choose, standings
 from harness.analysis.rows import by_cell
 from harness.storage import pins, queries, recorded
 from harness.storage.store import Store
-from harness.workflows.pinning import _members, pin_from_store, with_full_freeze, with_machines
+from harness.workflows.pinning import (
+    _members,
+    machines_of,
+    never_passed_on,
+    passing_by_machine,
+    pin_from_store,
+    with_full_freeze,
+    with_machines,
+)
 
 CPU = {"platform": "linux-x86_64", "gpu": "cpu", "gpu_count": 0, "python": "3.11.7"}
 H200 = {"platform": "linux-x86_64", "gpu": "NVIDIA H200", "gpu_count": 2, "python": "3.12.3"}
@@ -247,3 +257,17 @@ def test_the_cases_reach_every_kind_of_answer(tmp_path: Path) -> None:
         "error: already worded",
     ):
         assert words in text, words
+
+
+@pytest.mark.parametrize("name", ["machines: a CPU run and a GPU run, one cell in both", "renamed tests: two node ids, one identity"])
+def test_never_passed_asks_the_chosen_tests_what_passing_by_machine_says_of_all(tmp_path: Path, name: str) -> None:
+    """The Pin page's "never passed on this machine" (`never_passed_on`, of the chosen tests) against
+    `passing_by_machine` (every test on every machine), on each machine class and on all pooled."""
+    case = CASES[name]
+    with Store(_store(tmp_path / "s.duckdb", case), read_only=True) as store:
+        by_machine = passing_by_machine(store)
+        for machine in [*machines_of(store), ANY_MACHINE]:
+            passing = {s for names in by_machine.values() for s in names} if machine == ANY_MACHINE else set(by_machine.get(machine, []))
+            for chosen in _selections(case):
+                assert never_passed_on(store, chosen, machine) == [t for t in chosen if t not in passing], (machine, chosen)
+        assert never_passed_on(store, ["t.py::b"], "2x NVIDIA H200") == ([] if "machines" in name else ["t.py::b"])
