@@ -105,6 +105,11 @@ def _fits(plain: str, start: int, room: int) -> int:
 def say_all(console: Console, markups: Sequence[str]) -> None:
     """`say` of each, in one print: the same text."""
     width = console.width  # asked once: rich measures the terminal each time
+    if console.color_system is None:  # no colour shows (`emit_plain`): each line's text is fitted, not its styled pieces
+        plain = [part for markup in markups for part in hang_plain(_text(console, markup).plain, width)]
+        if plain:
+            emit_plain(console, plain)
+        return
     fitted = [part for markup in markups for part in hang(_text(console, markup), width)]
     if fitted:
         emit(console, fitted)
