@@ -5,7 +5,7 @@ outcomes of its lines' cells counted by (row, cell, status), and the exact answe
 class's known-good set there (`analysis.knowngood`) and counted the lines' squares (6.7 s at
 2,000,000 outcomes). Here the same decisions are aggregates of table `outcomes`:
 
-- **the known-good cell** (`known_good`): a class's *wanted* tests pass somewhere on it; a
+- **the known-good cell** (`Reading.known_good`): a class's *wanted* tests pass somewhere on it; a
   *candidate* is a set of its (run, cell)s with one installed freeze (`Candidate`); a wanted test
   is *missed* in a candidate where a row of it there did not pass or is flaky across runs, or
   where it has no row and was not merely not collected (`Candidate._absent`). `drop_order` then
@@ -15,8 +15,9 @@ class's known-good set there (`analysis.knowngood`) and counted the lines' squar
   which some candidate has lost all its misses: one query. Where that does not hold (a cell
   left with no row, a dropped file that kept tests from being collected, fewer than two tests
   left, more than 64 (run, cell)s) the answer is None and the caller decides in Python, as before.
-- **the squares** (`square_counts`): a line cell's outcomes by (row, status), the row a test or
-  its group (`rows.group_of`, stated in SQL as `_GROUP`).
+- **the squares** (`Reading.square_counts`): a line cell's outcomes by (row, status), the row a
+  test or its group (`rows.group_of`, stated in SQL as `_GROUP`); a test whose every row passed,
+  one in each (run, cell), counted from the same read as the known-good choice (most of a suite).
 - **the marks** (`line_transitions`): the stored exact answers between two cells of a line.
 
 Every rule is held to its Python original by tests of tables of cases (tests/unit/test_support_sql_*.py).
@@ -127,21 +128,65 @@ def _values(pairs: Sequence[Pair]) -> tuple[str, list[Any]]:
     return f"(VALUES {marks}) AS p(run_id, cell_id, machine, cand, pair)", params
 
 
-def known_good(store: SqlResultsFile, pairs: Sequence[Pair]) -> KnownGood | None:
-    """Per machine class with a wanted test: its candidates' misses and how many tests are dropped
-    (see the module docstring); None where the drops could depend on more than that (Python decides)."""
+@contextmanager
+def reading(store: SqlResultsFile, pairs: Sequence[Pair]) -> Iterator[Reading | None]:
+    """One read of the file's outcomes by (run, cell) (`pairs`, in order) for the Support page: each
+    class's tests, read once for the known-good choice and the squares; None where there are more
+    (run, cell)s than a test's mask holds (Python decides)."""
     if not pairs or len(pairs) > MAX_PAIRS:
-        return None
+        yield None
+        return
     with store.reading(), _temp(store, ["p", "t", "np", "miss", "ranked"]) as tmp:
         values, params = _values(pairs)
         store.fetch(f"CREATE TEMP TABLE {tmp['p']} AS SELECT * FROM {values}", params)
         _tests(store, tmp)
+        yield Reading(store, tmp, pairs)
+
+
+#: A test of a class whose every row passed, one in each (run, cell) it ran in (most of a suite's):
+#: a pass in each (run, cell) of its mask, counted without reading its rows again.
+_SIMPLE = "clean AND n = bit_count(mask)"
+
+
+class Reading:
+    """The temporary tables of one `reading`, and the questions asked of them."""
+
+    def __init__(self, store: SqlResultsFile, tmp: dict[str, str], pairs: Sequence[Pair]) -> None:
+        self.store, self.tmp, self.pairs = store, tmp, pairs
+
+    def known_good(self) -> KnownGood | None:
+        """Per machine class with a wanted test: its candidates' misses and how many tests are dropped
+        (see the module docstring); None where the drops could depend on more than that (Python decides)."""
+        store, tmp = self.store, self.tmp
         _missed(store, tmp)
-        found = _choices(store, tmp, pairs)
+        found = _choices(store, tmp, self.pairs)
         if found is None or not _safe(store, tmp, {m: c.stop for m, c in found.items()}):
             return None
         row = store.fetch(f"SELECT count(DISTINCT test) AS n, bool_or(contains(test, '::')) AS node FROM {tmp['t']}")[0]
         return KnownGood(found, int(row["n"]) > GRID_ROWS and bool(row["node"]))
+
+    def square_counts(self, lined: Sequence[int], suite: bool) -> list[tuple[str, str, str, str, int]]:
+        """(machine class, cell id, row, status, outcomes) of the (run, cell)s `lined` (indexes into
+        the pairs: the lines' cells), one or more per (class, cell, row, status), to be added up: the
+        row a test's identity, or its group (`rows.group_of`) where the file is a suite."""
+        if not lined:
+            return []
+        store, t, pairs = self.store, self.tmp["t"], self.pairs
+        found = []
+        row_of = _GROUP.format(t="test") if suite else "test"
+        sql = f"SELECT machine, {row_of} AS row, mask, count(*) AS n FROM {t} WHERE {_SIMPLE} GROUP BY ALL"
+        for machine, row, mask, n in (tuple(r.values()) for r in store.fetch(sql)):  # `fetch`: a mask as an int, not a float
+            found += [
+                (machine, pairs[i].cell_id, row, Status.PASS.value, n) for i in lined if mask >> i & 1 and pairs[i].machine == machine
+            ]
+        test = identity(store, "o.")
+        marks = ", ".join("?" for _ in lined)
+        sql = (
+            f"SELECT p.machine, o.cell_id, {_GROUP.format(t=test) if suite else test} AS row, o.status, count(*) FROM outcomes o "
+            f"JOIN {self.tmp['p']} p USING (run_id, cell_id) SEMI JOIN (SELECT machine, test FROM {t} WHERE NOT ({_SIMPLE})) l "
+            f"ON l.machine = p.machine AND l.test = {test} WHERE p.pair IN ({marks}) GROUP BY ALL"
+        )
+        return found + [(str(m), str(c), str(r), str(s), int(n)) for m, c, r, s, n in store.fetch_tuples(sql, list(lined))]
 
 
 def _tests(store: SqlResultsFile, tmp: dict[str, str]) -> None:
@@ -150,6 +195,7 @@ def _tests(store: SqlResultsFile, tmp: dict[str, str]) -> None:
     test, p = identity(store, "o."), tmp["p"]
     store.fetch(
         f"CREATE TEMP TABLE {tmp['t']} AS SELECT p.machine, {test} AS test, bool_or(o.status = 'pass') AS passed, "
+        f"bool_and(o.status = 'pass') AS clean, count(*) AS n, "
         f"bit_or(1::UBIGINT << p.pair) AS mask FROM outcomes o JOIN {p} p USING (run_id, cell_id) GROUP BY ALL"
     )
     flaky = ""
@@ -255,21 +301,6 @@ def _safe(store: SqlResultsFile, tmp: dict[str, str], stops: dict[str, int]) -> 
         params,
     )[0]
     return not row["files"] and not row["emptied"]
-
-
-def square_counts(store: SqlResultsFile, pairs: Sequence[Pair], suite: bool) -> list[tuple[str, str, str, str, int]]:
-    """(machine class, cell id, row, status, outcomes) of `pairs` (the lines' (run, cell)s): the
-    row a test's identity, or its group (`rows.group_of`) where the file is a suite."""
-    if not pairs:
-        return []
-    values, params = _values(pairs)
-    test = identity(store, "o.")
-    row = _GROUP.format(t=test) if suite else test
-    sql = (
-        f"SELECT p.machine, o.cell_id, {row} AS row, o.status, count(*) AS n FROM outcomes o "
-        f"JOIN {values} USING (run_id, cell_id) GROUP BY ALL"
-    )
-    return [(str(m), str(c), str(r), str(s), int(n)) for m, c, r, s, n in store.fetch_tuples(sql, params)]
 
 
 def line_transitions(store: SqlResultsFile, lines: Sequence[tuple[str, str, Sequence[str]]]) -> list[dict[str, Any]]:

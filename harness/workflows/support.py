@@ -128,20 +128,22 @@ def _support_in_sql(store: Any) -> tuple[tuple[SupportTable, ...], str] | None:
         if not attributed.answers_current(store):  # the answers to mark would be attributed now, from every row
             return None
         pairs, facts = _pairs(support_rows.cell_rows(store))
-        decided = support_rows.known_good(store, pairs)
-        if decided is None:
-            return None
-        cells: dict[tuple[str, str], LineCell] = {}
-        for pair in pairs:
-            cells.setdefault((pair.machine, pair.cell_id), line_cell(pair.cell_id, facts[(pair.run_id, pair.cell_id)]))
-        chosen = [_chosen(m, decided.classes[m], facts, pairs) for m in _classes(pairs) if m in decided.classes]
-        lines = lines_of(chosen, cells)
-        suite = decided.suite
-        on_lines = {(line.machine, c.cell_id) for line in lines for c in line.cells}
-        counts: dict[str, dict[str, dict[str, dict[str, int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
-        lined = [p for p in pairs if (p.machine, p.cell_id) in on_lines]
-        for machine, cell_id, row, status, n in support_rows.square_counts(store, lined, suite):
-            counts[machine][cell_id][row][status] = n  # one count per (class, cell, row, status): the query's groups
+        with support_rows.reading(store, pairs) as read:
+            decided = read.known_good() if read is not None else None
+            if read is None or decided is None:
+                return None
+            cells: dict[tuple[str, str], LineCell] = {}
+            for pair in pairs:
+                cells.setdefault((pair.machine, pair.cell_id), line_cell(pair.cell_id, facts[(pair.run_id, pair.cell_id)]))
+            chosen = [_chosen(m, decided.classes[m], facts, pairs) for m in _classes(pairs) if m in decided.classes]
+            lines = lines_of(chosen, cells)
+            suite = decided.suite
+            on_lines = {(line.machine, c.cell_id) for line in lines for c in line.cells}
+            lined = [i for i, p in enumerate(pairs) if (p.machine, p.cell_id) in on_lines]
+            counts: dict[str, dict[str, dict[str, dict[str, int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+            for machine, cell_id, row, status, n in read.square_counts(lined, suite):
+                square = counts[machine][cell_id][row]  # a cell's runs, and a row's tests counted apart: added up
+                square[status] = square.get(status, 0) + n
         ends = [(line.library, line.cells[0].machine, [c.cell_id for c in line.cells]) for line in lines]
         stored = support_rows.line_transitions(store, ends)
         marked = [Transition.from_dict(r) for r in stored]

@@ -269,7 +269,8 @@ def _decided(store: Store) -> list[Chosen | None]:
     from harness.storage import support_rows
 
     pairs, facts = support._pairs(support_rows.cell_rows(store))
-    found = support_rows.known_good(store, pairs)
+    with support_rows.reading(store, pairs) as read:
+        found = read.known_good() if read is not None else None
     assert found is not None
     return [c for m in support._classes(pairs) if m in found.classes for c in [support._chosen(m, found.classes[m], facts, pairs)] if c]
 
