@@ -70,12 +70,14 @@ class Tally:
     @cached_property
     def clean(self) -> set[str]:
         """Scenarios with evidence that is no failure: a pass somewhere (a cell's word `pass`, or a mixture with passes)."""
-        return {s for cell in self.words.values() for s, word in cell.items() if word == Status.PASS or word.endswith("mixed")}
+        passed = Status.PASS.value  # the plain word: a str compared with an enum member costs twice as much, 400,000 times
+        return {s for cell in self.words.values() for s, word in cell.items() if word == passed or word.endswith("mixed")}
 
     @cached_property
     def applicable(self) -> set[str]:
         """Scenarios with an outcome that is not `not_applicable` somewhere (a cell's word is only that when all were)."""
-        return {s for cell in self.words.values() for s, word in cell.items() if word not in (Status.NOT_APPLICABLE, "")}
+        idle = Status.NOT_APPLICABLE.value
+        return {s for cell in self.words.values() for s, word in cell.items() if word != idle and word}
 
 
 def tally(rows: Iterable[Mapping[str, Any]]) -> Tally:
