@@ -23,8 +23,10 @@ from harness.analysis import heatmap
 from harness.storage import pages, suites
 
 st.title("Matrix")
-common.data_banner()
+fill_banner = common.data_banner_later()
 tests = common.query(suites.holds_tests)
+if not tests:
+    fill_banner()
 # a suite's pages search node ids instead of listing them: no scenario list to read
 facets = common.query(pages.facets_without_scenarios if tests else pages.facets)
 chosen = common.filters(facets, scenario=not tests)
@@ -34,6 +36,7 @@ by_gpu = len(facets["gpu"]) > 1 and st.sidebar.toggle(
 )
 if tests:
     suite.matrix(chosen, by_gpu)
+    fill_banner()  # last: the browser draws the grid and the heatmap while the banner's counts are read
     st.stop()
 
 
