@@ -38,6 +38,7 @@ from harness.storage.resultsfile import SqlResultsFile
 
 #: One failure of one outcome, as `failures` groups it: (test, status, signature, message's first line).
 Single = tuple[str, str, str, str]
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -120,54 +121,58 @@ def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) ->
     return rows
 
 
+def _flaky(store: SqlResultsFile) -> str:
+    """Table `flaky`, one row per (run, cell, test) as `queries.mark_flaky` reads it (a file without it: none)."""
+    if store.has_table("flaky"):
+        return "SELECT run_id, cell_id, test, any_value(reason) AS reason FROM flaky GROUP BY ALL"
+    return "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS cell_id, NULL::VARCHAR AS test, NULL::VARCHAR AS reason WHERE false"
+
+
+def _rows(store: SqlResultsFile, tests: str) -> str:
+    """CTEs `f` (the history's marks) and `o`: the outcomes of `tests` (a query of `test`) in pairs `m`, with
+    their candidate and pair's place (`k`), `marked` and `flaky_across` (its reason) where marked, and whether it `passed`."""
+    test = identity(store, "o.")
+    return f"""f AS ({_flaky(store)}),
+        o AS (
+            SELECT m.cand, m.k, {test} AS test, o.run_id, o.cell_id, o.repeat, o.status, o.signature,
+                   split_part(o.message, chr(10), 1) AS message, f.test IS NOT NULL AS marked, f.reason AS flaky_across,
+                   o.status = '{Status.PASS.value}' AND f.test IS NULL AS passed
+            FROM outcomes o JOIN m USING (run_id, cell_id) LEFT JOIN f ON f.run_id = o.run_id AND f.cell_id = o.cell_id AND f.test = {test}
+            WHERE {test} IN ({tests})
+        )"""
+
+
 @contextmanager
 def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator[str]:
-    """A temporary table of the outcomes, in the candidates' pairs, of the chosen tests that say
-    something there: those that did not pass somewhere, those a history marks flaky across runs
-    (`queries.mark_flaky`), and the scenarios (no `::`, which a candidate without an outcome of
-    them fails). Every outcome of such a test, with its candidate (`cand`), its pair's place
-    (`k`), `marked` and `flaky_across` (the history's reason) where marked, and whether it `passed`.
-    The other chosen tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes
-    keeps 204,000 rows. Beside it, `{name}_bad`: each (cand, test) that does not pass there, with its
-    `outcomes` and whether one is marked (`flaky`)."""
+    """A temporary table of the chosen tests that do not pass in a candidate, one row per (`cand`,
+    `test`): an outcome there did not pass, or the history marks one flaky across runs
+    (`queries.mark_flaky`); with how many `outcomes` it has there, whether one is marked (`flaky`),
+    and, where it has one outcome, its `status`, `signature`, `message` and `run_id`. The
+    scenarios (no `::`, which a candidate without an outcome of them fails) have a row wherever
+    they have an outcome (`bad` says whether they pass). The other chosen tests pass wherever
+    they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 127,000 rows."""
     name = f"harness_pin_loud_{uuid.uuid4().hex[:12]}"
     m, params = members.cte()
     test = identity(store, "o.")
-    flaky = (
-        "SELECT run_id, cell_id, test, any_value(reason) AS reason FROM flaky GROUP BY ALL"
-        if store.has_table("flaky")
-        else "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS cell_id, NULL::VARCHAR AS test, NULL::VARCHAR AS reason WHERE false"
-    )
+    # the tests that fail somewhere first (few outcomes do not pass): their outcomes then, not every chosen test's
+    loud = f"""SELECT DISTINCT {test} AS test FROM outcomes o JOIN m USING (run_id, cell_id)
+            WHERE o.status <> '{Status.PASS.value}' AND {test} IN (SELECT test FROM {chosen})
+            UNION SELECT test FROM ({_flaky(store)}) JOIN m USING (run_id, cell_id) WHERE test IN (SELECT test FROM {chosen})
+            UNION SELECT test FROM {chosen} WHERE strpos(test, '::') = 0"""
     store.fetch(
         f"""
         CREATE TEMP TABLE {name} AS
-        WITH {m},
-        f AS ({flaky}),
-        loud AS (
-            SELECT DISTINCT {test} AS test FROM outcomes o JOIN m USING (run_id, cell_id)
-            WHERE o.status <> '{Status.PASS.value}' AND {test} IN (SELECT test FROM {chosen})
-            UNION SELECT test FROM f JOIN m USING (run_id, cell_id) WHERE test IN (SELECT test FROM {chosen})
-            UNION SELECT test FROM {chosen} WHERE strpos(test, '::') = 0
-        ),
-        o AS (
-            SELECT m.cand, m.k, {test} AS test, o.run_id, o.cell_id, o.repeat, o.status, o.signature,
-                   split_part(o.message, chr(10), 1) AS message, o.started_at
-            FROM outcomes o JOIN m USING (run_id, cell_id) WHERE {test} IN (SELECT test FROM loud)
-        )
-        SELECT o.*, f.test IS NOT NULL AS marked, f.reason AS flaky_across,
-               o.status = '{Status.PASS.value}' AND f.test IS NULL AS passed
-        FROM o LEFT JOIN f USING (run_id, cell_id, test)
+        WITH {m}, {_rows(store, loud)}
+        SELECT cand, test, count(*) AS outcomes, bool_or(marked) AS flaky, bool_or(NOT passed) AS bad,
+               any_value(status) AS status, any_value(signature) AS signature, any_value(message) AS message,
+               any_value(run_id) AS run_id
+        FROM o GROUP BY cand, test HAVING bool_or(NOT passed) OR strpos(test, '::') = 0
         """,
         params,
     )
     try:
-        store.fetch(
-            f"CREATE TEMP TABLE {name}_bad AS SELECT cand, test, count(*) AS outcomes, bool_or(marked) AS flaky "
-            f"FROM {name} GROUP BY cand, test HAVING bool_or(NOT passed)"
-        )
         yield name
     finally:
-        store.fetch(f"DROP TABLE IF EXISTS {name}_bad")
         store.fetch(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -176,7 +181,7 @@ def _failing(loud: str, chosen: str, members: Members) -> tuple[str, list[Any]]:
     that did not pass, or one marked flaky across runs) and `missing`: the scenarios without an outcome there."""
     m, params = members.cte()
     sql = f"""{m},
-        bad AS (SELECT cand, test FROM {loud}_bad),
+        bad AS (SELECT cand, test FROM {loud} WHERE bad),
         missing AS (
             SELECT k.cand, t.test FROM (SELECT DISTINCT cand FROM m) k, {chosen} t WHERE strpos(t.test, '::') = 0
             EXCEPT SELECT cand, test FROM {loud}
@@ -245,10 +250,7 @@ class Failures:
 def failures(store: SqlResultsFile, loud: str, chosen: str, members: Members) -> Failures:
     """What `Failures` holds, for the candidates of `members`: read only where a test does not pass."""
     ctes, params = _failing(loud, chosen, members)
-    mine = (
-        f"SELECT l.* EXCLUDE (started_at, passed), b.outcomes, b.flaky FROM {loud} l JOIN {loud}_bad b USING (cand, test) "
-        "WHERE cand IN (SELECT cand FROM m)"
-    )
+    mine = f"SELECT * FROM {loud} WHERE bad AND cand IN (SELECT cand FROM m)"
     single: dict[Single, tuple[tuple[int, ...], tuple[str, ...]]] = {}
     sql = (
         f"WITH {ctes} SELECT test, status, COALESCE(signature, ''), COALESCE(message, ''), list(cand ORDER BY cand), "
@@ -256,16 +258,31 @@ def failures(store: SqlResultsFile, loud: str, chosen: str, members: Members) ->
     )
     for test, status, signature, message, cands, runs in store.fetch_tuples(sql, params):
         single[(str(test), str(status), str(signature), str(message))] = (tuple(map(int, cands)), tuple(map(str, runs)))
-    rows: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    others = [
+        (int(c), str(t)) for c, t in store.fetch_tuples(f"WITH {ctes} SELECT cand, test FROM ({mine}) WHERE outcomes > 1 OR flaky", params)
+    ]
+    absent = [(int(c), str(t)) for c, t in store.fetch_tuples(f"WITH {ctes} SELECT cand, test FROM missing", params)]
+    return Failures(single, _every_outcome(store, members.only({c for c, _ in others}), others), absent)
+
+
+def _every_outcome(
+    store: SqlResultsFile, members: Members, wanted: Sequence[tuple[int, str]]
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """(cand, test) -> every outcome of it there, for the few `wanted` (repeats, runs, marks): as `Candidate.result` reads them."""
+    if not wanted:
+        return {}
+    m, params = members.cte()
     sql = (  # `choose`'s order: by pair, then repeat (a tie in `Counter.most_common` keeps the first)
-        f"WITH {ctes} SELECT * EXCLUDE (outcomes, flaky) FROM ({mine}) WHERE outcomes > 1 OR flaky ORDER BY cand, test, k, repeat"
+        f"WITH {m}, w AS (SELECT unnest(?::INTEGER[]) AS cand, unnest(?::VARCHAR[]) AS test), "
+        f"{_rows(store, 'SELECT test FROM w')} "
+        "SELECT o.* EXCLUDE (passed) FROM o SEMI JOIN w USING (cand, test) ORDER BY cand, test, k, repeat"
     )
-    for row in store.fetch(sql, params):
+    rows: dict[tuple[int, str], list[Row]] = {}
+    for row in store.fetch(sql, [*params, [c for c, _ in wanted], [t for _, t in wanted]]):
         if not row.pop("marked"):
             del row["flaky_across"]  # `mark_flaky` sets the key only on marked rows; `Candidate.result` asks whether it is there
         rows.setdefault((int(row["cand"]), str(row["test"])), []).append(row)
-    absent = [(int(c), str(t)) for c, t in store.fetch_tuples(f"WITH {ctes} SELECT cand, test FROM missing", params)]
-    return Failures(single, rows, absent)
+    return rows
 
 
 def never_passed(store: SqlResultsFile, tests: Sequence[str], runs: Sequence[str] | None = None) -> list[str]:
