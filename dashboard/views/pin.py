@@ -17,7 +17,7 @@ from harness.analysis.pin import DEFAULT_RANKING, Constraints, PinResult
 from harness.analysis.rows import machine_class
 from harness.storage import pages, suites
 from harness.storage.store import Store
-from harness.workflows.pinning import machines_of, never_passed_on, passing_by_machine, pin_from_store
+from harness.workflows.pinning import machines_of, passing_by_machine, pin_and_never
 
 st.title("Pin")
 overview = common.data_banner()
@@ -113,27 +113,20 @@ def _held(fixed: dict[str, str], gpu: str, machine: str) -> Constraints:
 _SEP = "\x00"
 
 
-def _pin(store: Store, joined: str, held: Constraints, ranking: tuple[str, ...]) -> PinResult:
-    """`pin_from_store` of the names `joined` holds: Streamlit hashes one string for the cache key,
+def _pin(store: Store, joined: str, held: Constraints, ranking: tuple[str, ...], machine: str | None) -> tuple[PinResult, list[str]]:
+    """`pin_and_never` of the names `joined` holds: Streamlit hashes one string for the cache key,
     not a tuple of a suite's 78,000 names one by one (0.7 s of a filter change at 2,000,000 outcomes)."""
-    return pin_from_store(store, joined.split(_SEP), held, ranking)
-
-
-def _never_passed(store: Store, joined: str, machine: str) -> list[str]:
-    """The chosen tests that never passed on `machine`, asked of them alone (`never_passed_on`)."""
-    return never_passed_on(store, joined.split(_SEP), machine)
+    return pin_and_never(store, joined.split(_SEP), held, ranking, machine)
 
 
 held = _held(fixed, "" if gpu == "any" else str(gpu), "" if machine == ANY_MACHINE else str(machine))
-joined = _SEP.join(scenarios)
 with st.spinner("choosing…"):
-    result: PinResult = common.query(_pin, joined, held, DEFAULT_RANKING)
+    # a suite's chosen tests that never passed on the machine come with the pin, asked of themselves
+    result, never = common.query(_pin, _SEP.join(scenarios), held, DEFAULT_RANKING, str(machine) if tests else None)
 if not result.found:
     chosen = "test" if tests else "scenario"
     st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
-    if tests:  # a suite's thousands of chosen tests, asked of themselves
-        never = common.query(_never_passed, joined, str(machine))
-    else:
+    if not tests:
         passing = set(_passing_here(str(machine)))
         never = [s for s in scenarios if s not in passing]
     if never:

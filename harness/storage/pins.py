@@ -285,13 +285,13 @@ def _every_outcome(
     return rows
 
 
-def never_passed(store: SqlResultsFile, tests: Sequence[str], runs: Sequence[str] | None = None) -> list[str]:
-    """The tests of `tests` (in their order) without one outcome that passed in `runs` (None: in any
-    run): what the Pin page names when nothing passes, asked of the chosen tests only rather than
-    of every test on every machine (`pinning.passing_by_machine`, 1.3 s at 2,000,000 outcomes)."""
-    with store.reading(), chosen_table(store, tests) as chosen:
-        test = identity(store)
-        where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
-        sql = f"SELECT DISTINCT {test} FROM outcomes WHERE status = '{Status.PASS.value}' {where} AND {test} IN (SELECT test FROM {chosen})"
-        passed = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
+def never_passed(store: SqlResultsFile, chosen: str, tests: Sequence[str], runs: Sequence[str] | None = None) -> list[str]:
+    """The tests of `tests` (in their order; the table `chosen` holds them) without one outcome that
+    passed in `runs` (None: in any run): what the Pin page names when nothing passes, asked of the
+    chosen tests only rather than of every test on every machine (`pinning.passing_by_machine`, 1.3 s
+    at 2,000,000 outcomes)."""
+    test = identity(store)
+    where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
+    sql = f"SELECT DISTINCT {test} FROM outcomes WHERE status = '{Status.PASS.value}' {where} AND {test} IN (SELECT test FROM {chosen})"
+    passed = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
     return [t for t in tests if t not in passed]

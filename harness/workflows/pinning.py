@@ -229,10 +229,15 @@ def passing_by_machine(store: Store) -> dict[str, list[str]]:
 def never_passed_on(store: Store, tests: Sequence[str], machine: str) -> list[str]:
     """The tests of `tests` that never passed on machine class `machine` (ANY_MACHINE: anywhere), in
     their order: `passing_by_machine`'s answer for the few tests a pin chose, not for every test."""
+    with store.reading(), pins.chosen_table(store, tests) as chosen:
+        return _never_passed(store, chosen, tests, machine)
+
+
+def _never_passed(store: Store, chosen: str, tests: Sequence[str], machine: str) -> list[str]:
     if machine == ANY_MACHINE:
-        return pins.never_passed(store, tests)
+        return pins.never_passed(store, chosen, tests)
     runs = [run for run, record in recorded.runs(store).items() if machine_class(record.get("host") or {}) == machine]
-    return pins.never_passed(store, tests, runs)
+    return pins.never_passed(store, chosen, tests, runs)
 
 
 def newest_machine_of(store: Store) -> str:
@@ -245,7 +250,15 @@ def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constrai
     """The dashboard's path: decided in DuckDB (`storage.pins`: which candidates pass every chosen test,
     constraints pushed down), chosen among the few candidates in Python (`choose_standings`), then
     the full freeze of the winner. The result `choose` gives over the rows (`queries.loud_pin_rows`),
-    without reading them: 0.4 s rather than 4 s over a suite's 78,000 tests at 2,000,000 outcomes."""
+    without reading them: 1 s rather than 4 s over a suite's 78,000 tests at 2,000,000 outcomes."""
+    return pin_and_never(store, scenarios, constraints, ranking)[0]
+
+
+def pin_and_never(
+    store: Store, scenarios: Sequence[str], constraints: Constraints, ranking: Sequence[str] = DEFAULT_RANKING, machine: str | None = None
+) -> tuple[PinResult, list[str]]:
+    """`pin_from_store`, and when nothing passes and `machine` is given, the chosen names that never
+    passed on it (`never_passed_on`): what the Pin page shows, asked with one table of the chosen names."""
     wanted = tuple(dict.fromkeys(scenarios))
     pushed = {axis: [spec.removeprefix("==")] for axis, spec in constraints.fixed if spec.startswith("==")}
     with store.reading(), pins.chosen_table(store, wanted) as chosen:
@@ -255,7 +268,8 @@ def pin_from_store(store: Store, scenarios: Sequence[str], constraints: Constrai
             for k, failing in pins.failing_counts(store, loud, chosen, members).items():
                 cells[k].failing = failing
             result = choose_standings(cells, wanted, constraints, ranking, _StoreReads(store, chosen, loud, cells, members))
-    return with_full_freeze(result, recorded.cell_records(store, result.cell_ids[0]) if result.found else [])
+        never = _never_passed(store, chosen, scenarios, machine) if machine is not None and not result.found else []
+    return with_full_freeze(result, recorded.cell_records(store, result.cell_ids[0]) if result.found else []), never
 
 
 def _members(cells: Sequence[Standing]) -> pins.Members:

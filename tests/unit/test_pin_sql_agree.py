@@ -27,6 +27,7 @@ from harness.workflows.pinning import (
     machines_of,
     never_passed_on,
     passing_by_machine,
+    pin_and_never,
     pin_from_store,
     with_full_freeze,
     with_machines,
@@ -269,5 +270,8 @@ def test_never_passed_asks_the_chosen_tests_what_passing_by_machine_says_of_all(
         for machine in [*machines_of(store), ANY_MACHINE]:
             passing = {s for names in by_machine.values() for s in names} if machine == ANY_MACHINE else set(by_machine.get(machine, []))
             for chosen in _selections(case):
-                assert never_passed_on(store, chosen, machine) == [t for t in chosen if t not in passing], (machine, chosen)
+                never = [t for t in chosen if t not in passing]
+                assert never_passed_on(store, chosen, machine) == never, (machine, chosen)
+                result, said = pin_and_never(store, chosen, Constraints(machine="" if machine == ANY_MACHINE else machine), machine=machine)
+                assert said == ([] if result.found else never)
         assert never_passed_on(store, ["t.py::b"], "2x NVIDIA H200") == ([] if "machines" in name else ["t.py::b"])
