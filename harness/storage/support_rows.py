@@ -10,11 +10,13 @@ class's known-good set there (`analysis.knowngood`) and counted the lines' squar
   is *missed* in a candidate where a row of it there did not pass or is flaky across runs, or
   where it has no row and was not merely not collected (`Candidate._absent`). `drop_order` then
   drops the test missed in the most candidates (the first by name on a tie) until a candidate
-  misses none. While no (run, cell) loses every wanted row to a drop, each test's count stays as
-  it started, so the drops are the tests ranked by (count desc, name) up to the first rank at
-  which some candidate has lost all its misses: one query. Where that does not hold (a cell
-  left with no row, a dropped file that kept tests from being collected, fewer than two tests
-  left, more than 64 (run, cell)s) the answer is None and the caller decides in Python, as before.
+  misses none. While no candidate loses every wanted row before the last drop, each test's count
+  stays as it started, so the drops are the tests ranked by (count desc, name) up to the first
+  rank at which some candidate has lost all its misses: one query (a candidate that loses its last
+  row with the last drop goes, as `knowngood._narrowed` drops it). Where that does not hold (a
+  candidate left with no row before the last drop, or none left that misses nothing; a dropped
+  file that could keep a test from being collected; fewer than two tests left; more than 127
+  (run, cell)s) the answer is None and the caller decides in Python, as before.
 - **the squares** (`Reading.square_counts`): a line cell's outcomes by (row, status), the row a
   test or its group (`rows.group_of`, stated in SQL as `_GROUP`); a test whose every row passed,
   one in each (run, cell), counted from the same read as the known-good choice (most of a suite).
@@ -28,7 +30,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.analysis.rows import GRID_ROWS
@@ -37,7 +39,7 @@ from harness.storage import clauses
 from harness.storage.resultsfile import SqlResultsFile
 
 #: A (run, cell) is one bit of a test's mask (`known_good`): more of them, and Python decides.
-MAX_PAIRS = 64
+MAX_PAIRS = 127  # a HUGEINT's bits but its sign
 
 #: `rows.group_of` of `{t}` (a test's identity): its text up to the second `::` (file::Class),
 #: else up to the first (its file); a scenario (no `::`) is its own group.
@@ -77,7 +79,7 @@ class Misses:
     wanted: int  # tests that pass somewhere on the class
     last: dict[int, int]  # joined candidate -> the rank of its last missed test (0: misses none)
     stop: int  # how many tests are dropped: the least `last`
-    joined: dict[int, tuple[str, ...]]  # joined candidate -> the cell ids of its (run, cell)s with a wanted row
+    joined: dict[int, tuple[str, ...]]  # joined candidate -> the cell ids of its (run, cell)s left with a wanted row
 
 
 def identity(store: SqlResultsFile, alias: str = "") -> str:
@@ -159,9 +161,26 @@ class Reading:
         (see the module docstring); None where the drops could depend on more than that (Python decides)."""
         store, tmp = self.store, self.tmp
         _missed(store, tmp)
-        found = _choices(store, tmp, self.pairs)
-        if found is None or not _safe(store, tmp, {m: c.stop for m, c in found.items()}):
+        chosen = _choices(store, tmp, self.pairs)
+        if chosen is None:
             return None
+        found, at = chosen
+        stops = {m: c.stop for m, c in found.items()}
+        before = _kept(store, tmp, {m: max(n - 1, 0) for m, n in stops.items()})  # before the last drop
+        after = _kept(store, tmp, stops)
+        if before is None or after is None:
+            return None
+        for machine, choice in found.items():
+            left = {}
+            for c, idx in at[machine].items():
+                if not any(before.get(machine, 0) >> i & 1 for i in idx):  # no row left before the last drop: counts changed
+                    return None
+                cells = tuple(self.pairs[i].cell_id for i in idx if after.get(machine, 0) >> i & 1)
+                if cells:  # its (run, cell)s left with a row (`Candidate.cell_id`); none: it goes with the last drop (`_narrowed`)
+                    left[c] = cells
+            if choice.stop and not any(choice.last[c] <= choice.stop for c in left):  # drop_order would drop on
+                return None
+            found[machine] = replace(choice, joined=left, last={c: choice.last[c] for c in left})
         row = store.fetch(f"SELECT count(DISTINCT test) AS n, bool_or(contains(test, '::')) AS node FROM {tmp['t']}")[0]
         return KnownGood(found, int(row["n"]) > GRID_ROWS and bool(row["node"]))
 
@@ -196,7 +215,7 @@ def _tests(store: SqlResultsFile, tmp: dict[str, str]) -> None:
     store.fetch(
         f"CREATE TEMP TABLE {tmp['t']} AS SELECT p.machine, {test} AS test, bool_or(o.status = 'pass') AS passed, "
         f"bool_and(o.status = 'pass') AS clean, count(*) AS n, "
-        f"bit_or(1::UBIGINT << p.pair) AS mask FROM outcomes o JOIN {p} p USING (run_id, cell_id) GROUP BY ALL"
+        f"bit_or(1::HUGEINT << p.pair) AS mask FROM outcomes o JOIN {p} p USING (run_id, cell_id) GROUP BY ALL"
     )
     flaky = ""
     if store.has_table("flaky"):  # a flaky test's rows are no clean pass (`Candidate.clean`), whatever their status
@@ -218,7 +237,7 @@ _MISSED = """
     CREATE TEMP TABLE {miss} AS
     WITH w AS (SELECT machine, test, mask FROM {t} WHERE passed),
     cands AS (  -- the candidates some wanted row joined, with the (run, cell)s of each
-        SELECT machine, cand, bit_or(1::UBIGINT << pair) AS mask FROM {p} WHERE cand IS NOT NULL GROUP BY ALL
+        SELECT machine, cand, bit_or(1::HUGEINT << pair) AS mask FROM {p} WHERE cand IS NOT NULL GROUP BY ALL
     ),
     every AS (SELECT machine, bit_or(mask) AS mask FROM w GROUP BY ALL),
     joined AS (SELECT c.machine, c.cand, c.mask FROM cands c JOIN every e USING (machine) WHERE e.mask & c.mask <> 0),
@@ -250,17 +269,20 @@ def _missed(store: SqlResultsFile, tmp: dict[str, str]) -> None:
     )
 
 
-def _choices(store: SqlResultsFile, tmp: dict[str, str], pairs: Sequence[Pair]) -> dict[str, Misses] | None:
-    """Per class: its wanted tests, its joined candidates' last missed rank and cells, and the drops."""
+def _choices(
+    store: SqlResultsFile, tmp: dict[str, str], pairs: Sequence[Pair]
+) -> tuple[dict[str, Misses], dict[str, dict[int, list[int]]]] | None:
+    """Per class: its wanted tests, its joined candidates' last missed rank, the drops; and each
+    joined candidate's (run, cell)s with a wanted row (indexes into `pairs`)."""
     t, miss, ranked = tmp["t"], tmp["miss"], tmp["ranked"]
     sql = f"SELECT machine, count(*) AS n, bit_or(mask) AS mask FROM {t} WHERE passed GROUP BY ALL"
     wanted, masks = {}, {}
     for r in store.fetch(sql):
         wanted[str(r["machine"])], masks[str(r["machine"])] = int(r["n"]), int(r["mask"])
-    joined: dict[str, dict[int, list[str]]] = {}  # a candidate joins with its (run, cell)s that have a wanted row
+    joined: dict[str, dict[int, list[int]]] = {}  # a candidate joins with its (run, cell)s that have a wanted row
     for i, pair in enumerate(pairs):
         if pair.candidate is not None and masks.get(pair.machine, 0) >> i & 1:
-            joined.setdefault(pair.machine, {}).setdefault(pair.candidate, []).append(pair.cell_id)
+            joined.setdefault(pair.machine, {}).setdefault(pair.candidate, []).append(i)
     last: dict[str, dict[int, int]] = {m: dict.fromkeys(c, 0) for m, c in joined.items()}
     sql = f"SELECT m.machine, m.cand, max(r.rank) AS last FROM {miss} m JOIN {ranked} r USING (machine, test) GROUP BY ALL"
     for r in store.fetch(sql):
@@ -272,35 +294,30 @@ def _choices(store: SqlResultsFile, tmp: dict[str, str], pairs: Sequence[Pair]) 
         stop = min(mine.values(), default=0)
         if stop > n - 1:  # drop_order stops with one test left: fewer than it would drop here
             return None
-        cells = {c: tuple(cell_ids) for c, cell_ids in joined.get(machine, {}).items()}
-        found[machine] = Misses(n, mine, stop, cells)
-    return found
+        found[machine] = Misses(n, mine, stop, {})
+    return found, {m: joined.get(m, {}) for m in found}
 
 
-def _safe(store: SqlResultsFile, tmp: dict[str, str], stops: dict[str, int]) -> bool:
-    """Whether the drops are as `_choices` ranked them: no dropped test is a file (or paths) whose
-    failure kept tests from being collected (`knowngood._narrowed` would count it), and every
-    (run, cell) of a candidate keeps a wanted row that is not dropped (else counts change mid-way)."""
+def _kept(store: SqlResultsFile, tmp: dict[str, str], stops: dict[str, int]) -> dict[str, int] | None:
+    """Per class, the (run, cell)s (a mask) left with a wanted row that is not dropped; None where a
+    dropped test is a file (or paths) that covers a wanted test: where it failed, `knowngood._narrowed`
+    counts it as what kept that test from being collected, which `_choices` did not rank."""
     if not stops:
-        return True
-    t, p, ranked = tmp["t"], tmp["p"], tmp["ranked"]
+        return {}
+    t, ranked = tmp["t"], tmp["ranked"]
     limits = " UNION ALL ".join("SELECT ? AS machine, ?::BIGINT AS stop" for _ in stops)
     params = [v for m, s in stops.items() for v in (m, s)]
-    row = store.fetch(
-        f"""
-        WITH s AS ({limits}),
-        dropped AS (SELECT r.machine, r.test FROM {ranked} r JOIN s USING (machine) WHERE r.rank <= s.stop),
-        kept AS (SELECT t.machine, bit_or(t.mask) AS mask FROM {t} t ANTI JOIN dropped USING (machine, test) WHERE t.passed GROUP BY ALL),
-        every AS (SELECT t.machine, bit_or(t.mask) AS mask FROM {t} t WHERE t.passed GROUP BY ALL),
-        cand AS (SELECT machine, bit_or(1::UBIGINT << pair) AS mask FROM {p} WHERE cand IS NOT NULL GROUP BY ALL)
-        SELECT
-            (SELECT count(*) FROM dropped WHERE NOT contains(test, '::')) AS files,
-            (SELECT count(*) FROM every e JOIN cand c USING (machine) LEFT JOIN kept k USING (machine)
-             WHERE e.mask & c.mask & ~COALESCE(k.mask, 0::UBIGINT) <> 0) AS emptied
-        """,
-        params,
-    )[0]
-    return not row["files"] and not row["emptied"]
+    dropped = f"SELECT r.machine, r.test FROM {ranked} r JOIN ({limits}) s USING (machine) WHERE r.rank <= s.stop"
+    # a dropped file (no `::`) could keep a wanted test from being collected (`candidates._covers`)
+    covering = (
+        f"SELECT count(*) AS n FROM ({dropped}) d, unnest(string_split(d.test, ' ')) AS s(part) WHERE NOT contains(d.test, '::') "
+        f"AND EXISTS (SELECT 1 FROM {t} w WHERE w.machine = d.machine AND w.passed AND contains(w.test, '::') AND (part IN ('.', '') "
+        "OR starts_with(w.test, part || '::') OR starts_with(w.test, rtrim(part, '/') || '/')))"
+    )
+    if store.fetch(covering, params)[0]["n"]:
+        return None
+    sql = f"SELECT t.machine, bit_or(t.mask) AS mask FROM {t} t ANTI JOIN ({dropped}) d USING (machine, test) WHERE t.passed GROUP BY ALL"
+    return {str(r["machine"]): int(r["mask"]) for r in store.fetch(sql, params)}
 
 
 def line_transitions(store: SqlResultsFile, lines: Sequence[tuple[str, str, Sequence[str]]]) -> list[dict[str, Any]]:
