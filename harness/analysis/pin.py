@@ -13,6 +13,10 @@ path source, because a pin is what people paste. For every newer version that lo
 result names the scenario and signature that excluded it; when nothing qualifies, the
 scenario that fails in every candidate. The evidence names the machines it passed on.
 
+Over a results file, the Pin page decides which candidates qualify in SQL (`storage.pins`) and
+hands `choose_standings` their summaries (`candidates.Standing`): the same result as `choose`,
+which reads every row, with outcomes read only for the winner's evidence and the blockers named.
+
 A candidate's outcomes, and whether each scenario passed there, are `analysis.candidates`'; the
 machine classes (which the rows hold, the one the user names, the newest run's) `analysis.machines`';
 the known-good set per machine class, chosen here after dropping what keeps every cell out,

@@ -8,14 +8,18 @@ per (run, cell) pair, per candidate, or per failure to name:
 - `pairs`: the admitted (run, cell) pairs that hold a chosen test, with the cell columns the pin's
   rows carry (`queries.loud_pin_rows`) and when their chosen outcomes ran; Python makes them
   candidates (`analysis.pin.standings`), as `analysis.pin.candidates_of` makes them of rows;
-- `failing_counts`: per candidate, how many chosen tests do not pass there (`Candidate.passes`:
-  a test passes where each of its outcomes passed and no history marks it flaky across runs, or
-  where it has no outcome and is a node id, not collected by that cell's release of the suite);
+- `loud_table`: a temporary table of each (candidate, test) where a chosen test does not pass
+  (`Candidate.passes`: a test passes where each of its outcomes passed and no history marks it
+  flaky across runs, or where it has no outcome and is a node id, not collected by that cell's
+  release of the suite), which the reads below share;
+- `failing_counts`: per candidate, how many chosen tests do not pass there (0: it qualifies);
 - `failing_tests`: per chosen test, in how many candidates it does not pass (when nothing qualifies);
-- `evidence`: per chosen test, its outcomes and runs in the winner;
+- `evidence`: per chosen test, its outcomes and runs in the winner; `first_at`: which of its
+  (run, cell) pairs holds the outcome `choose` takes as the latest, when they tie;
 - `failures`: why a test does not pass in the few candidates a result names (its blockers): one
   row per (test, status, signature, message) for the failures of one outcome, and the rows of the
-  few others (repeats, runs that disagree, flaky across runs) for `Candidate.result` to word.
+  few others (repeats, runs that disagree, flaky across runs) for `Candidate.result` to word;
+- `never_passed`: the chosen tests without a pass in some runs (the page's "never passed on").
 
 Each takes the chosen tests as a temporary table (`chosen`, made in `store.reading()`) and the
 candidates as their (run, cell) pairs (`Members`). tests/unit/test_pin_sql_*.py hold them to the
