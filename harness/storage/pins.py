@@ -296,6 +296,8 @@ def never_passed(store: SqlResultsFile, chosen: str, tests: Sequence[str], runs:
     at 2,000,000 outcomes)."""
     test = identity(store)
     where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
-    sql = f"SELECT DISTINCT {test} FROM outcomes WHERE status = '{Status.PASS.value}' {where} AND {test} IN (SELECT test FROM {chosen})"
-    passed = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
-    return [t for t in tests if t not in passed]
+    # an anti join: the few chosen tests without a pass, not every test that passed (0.16 s, not 0.27, at 2,000,000 outcomes)
+    passed = f"SELECT {test} AS test FROM outcomes WHERE status = '{Status.PASS.value}' {where}"
+    sql = f"SELECT test FROM {chosen} ANTI JOIN ({passed}) USING (test)"
+    never = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
+    return [t for t in tests if t in never]
