@@ -437,7 +437,9 @@ def attribute(
     sources: list[bool] = []  # a git or path candidate: placed by when it first ran
     groups = cells if cells is not None else by_cell(rows)
     failing = {row["scenario"] for group in groups.values() for row in group if row["status"] in FAILURES}
-    by_scenario: dict[str, dict[int, _ScenarioCell]] = defaultdict(dict)
+    # each failing test's rows by cell number; its `_ScenarioCell`s are made only where its answers
+    # are worked out, not for a test that says what another said (most of a suite's: 174,000 cells)
+    by_scenario: dict[str, dict[int, list[Mapping[str, Any]]]] = defaultdict(dict)
     first_seen: dict[tuple[str, Point], str] = {}
     for facts, group in groups.items():
         kid = kinds.get(facts)
@@ -450,10 +452,11 @@ def attribute(
             # 20,000 tests only the few that fail somewhere are worth a cell of their own.
             if row["scenario"] in failing:
                 by_kid = by_scenario[row["scenario"]]
-                cell = by_kid.get(kid)
-                if cell is None:
-                    cell = by_kid[kid] = _ScenarioCell(dict(combos[kid]), machines_of[kid])
-                cell.rows.append(row)
+                here = by_kid.get(kid)
+                if here is None:
+                    by_kid[kid] = [row]
+                else:
+                    here.append(row)
         if sources[kid]:
             _first_seen(group, combos[kid], first_seen)
 
@@ -467,8 +470,8 @@ def attribute(
     # alike) have the same answers but for their name: worked out once, copied for the others.
     answered: dict[tuple[Any, ...], tuple[int, int, int, int, int, int]] = {}
     for scenario in sorted(by_scenario):
-        by_kid = by_scenario[scenario]
-        said = _what_rows_say(by_kid)
+        rows_by_kid = by_scenario[scenario]
+        said = _what_rows_say(rows_by_kid)
         same = answered.get(said)
         if same is not None:
             t0, t1, f0, f1, m0, m1 = same
@@ -477,6 +480,8 @@ def attribute(
             machines.extend(_renamed(m, scenario) for m in machines[m0:m1])
             continue
         starts = (len(transitions), len(flaky), len(machines))
+        # a cell's versions are shared, never changed: the combination's own dict, not a copy per test
+        by_kid = {kid: _ScenarioCell(combos[kid], machines_of[kid], here) for kid, here in rows_by_kid.items()}
         by_combo = list(by_kid.values())
         axes = axis_sort({a for c in by_combo for a in c.points})
         lines = {axis: _lines_of(by_kid, axis, commit_order.get(axis, ()), first_seen, shapes) for axis in axes}
@@ -505,10 +510,10 @@ def _renamed(found: _Answer, scenario: str) -> _Answer:
     return twin
 
 
-def _what_rows_say(by_kid: Mapping[int, _ScenarioCell]) -> tuple[Any, ...]:
+def _what_rows_say(by_kid: Mapping[int, Sequence[Mapping[str, Any]]]) -> tuple[Any, ...]:
     """Every field of a test's rows that its answers read, cell by cell in order: two tests that
     say the same have the same transitions, flaky cells and machine differences but for their name."""
-    return tuple((kid, tuple(map(_says, cell.rows))) for kid, cell in by_kid.items())
+    return tuple((kid, tuple(map(_says, rows))) for kid, rows in by_kid.items())
 
 
 def _says(row: Mapping[str, Any]) -> tuple[Any, ...]:
