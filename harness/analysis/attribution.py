@@ -451,10 +451,10 @@ def attribute(
             # A scenario that never failed has no transition, flaky cell or machine difference: at
             # 20,000 tests only the few that fail somewhere are worth a cell of their own.
             if row["scenario"] in failing:
-                by_kid = by_scenario[row["scenario"]]
-                here = by_kid.get(kid)
+                of_test = by_scenario[row["scenario"]]
+                here = of_test.get(kid)
                 if here is None:
-                    by_kid[kid] = [row]
+                    of_test[kid] = [row]
                 else:
                     here.append(row)
         if sources[kid]:
