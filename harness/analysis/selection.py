@@ -18,6 +18,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 
@@ -83,7 +84,7 @@ def selects(selector: str, name: str) -> bool:
 _MARKER_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not\b|[A-Za-z_][\w.]*)")
 
 
-def marker_matches(expression: str, markers: set[str]) -> bool:
+def marker_matches(expression: str, markers: Iterable[str]) -> bool:
     """pytest's `-m` expression (marker names with and, or, not, parentheses) against a test's markers.
 
     >>> marker_matches("gpu and not slow", {"gpu"}), marker_matches("gpu and not slow", {"gpu", "slow"})
@@ -91,6 +92,12 @@ def marker_matches(expression: str, markers: set[str]) -> bool:
     >>> marker_matches("(a or b) and not c", {"b"})
     True
     """
+    # worked out once per expression and set of markers: a suite's 100,000 tests carry a few sets
+    return _matches(expression, frozenset(markers))
+
+
+@lru_cache(maxsize=4096)
+def _matches(expression: str, markers: frozenset[str]) -> bool:
     words, at = [], 0
     while at < len(expression.rstrip()):
         m = _MARKER_TOKEN.match(expression, at)
