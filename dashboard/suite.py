@@ -527,21 +527,33 @@ def _selected(
 ) -> tuple[list[str], list[str], str]:
     """(the node ids chosen, as `harness pin --test SELECTOR… -m MARKER` chooses them, plus the rows
     picked in the list; the selectors that chose nothing; why the marker expression was refused)."""
-    stored = list(_test_listing(version, machine)["test"])
+    stored = _test_listing(version, machine)["test"].tolist()
     chosen, empty = select_tests(stored, selectors) if selectors else ([], [])
     chosen = list(dict.fromkeys([*chosen, *picked]))
     if not marker:
         return chosen, empty, ""
-    markers = common.query(queries.test_markers)
-    if not markers:
+    sets, set_of = _marker_sets(version)
+    if not set_of:  # no outcome recorded markers (swept before they were stored)
         from harness.workflows.pinning import MARKERS_NOT_STORED  # the CLI's words; pinning's imports only where they are needed
 
         return [], empty, f"-m {marker!r}: this file stores no markers; {MARKERS_NOT_STORED}"
     try:
-        # tests whose outcomes recorded no marker have none: `-m "not slow"` selects them too
-        return [t for t in (chosen if selectors or picked else stored) if marker_matches(marker, markers.get(t, set()))], empty, ""
+        # asked once per distinct set of markers; tests whose outcomes recorded no marker have none
+        # (`-m "not slow"` selects them too)
+        matches = [marker_matches(marker, found) for found in sets]
+        return [t for t in (chosen if selectors or picked else stored) if matches[set_of.get(t, 0)]], empty, ""
     except ValueError as exc:
         return [], empty, str(exc)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _marker_sets(version: common.FileVersion) -> tuple[list[frozenset[str]], dict[str, int]]:
+    """(the distinct sets of markers the tests recorded, the empty one first; test -> its set's place):
+    held, not copied per rerun as a cached dict of 100,000 sets is (0.08 s), and a marker expression
+    asked of a few sets, not of each test."""
+    sets: dict[frozenset[str], int] = {frozenset(): 0}
+    set_of = {test: sets.setdefault(frozenset(names), len(sets)) for test, names in common.query(queries.test_markers).items()}
+    return list(sets), set_of
 
 
 def pin_selection(machine: str) -> list[str]:
@@ -550,8 +562,9 @@ def pin_selection(machine: str) -> list[str]:
     chosen tests that passed or failed on `machine` (the others say nothing there: left out, as the CLI does)."""
     version = common.version()
     listing = _test_listing(version, machine)
-    files = sorted(set(listing["file"]))
-    classes = sorted(set(listing["group"]) - set(files))
+    # the columns as lists first: iterating a column of 100,000 strings item by item took 0.2 s a rerun
+    files = sorted(set(listing["file"].tolist()))
+    classes = sorted(set(listing["group"].tolist()) - set(files))
     st.markdown(
         f"Choose the tests that must pass among the **{len(listing):,}** this file holds, as `harness pin --test` and `-m` "
         "choose them: files, classes, node ids or folders, and pytest's marker expression (within the other choices, when given)."
@@ -573,7 +586,7 @@ def pin_selection(machine: str) -> list[str]:
     common.remember("pin_marker")
     st.markdown(f"**Every test** ({len(listing):,}; select rows to add them; the list's search box finds a node id)")
     event = st.dataframe(
-        listing,
+        listing[["test", "markers", "cells passing", "cells tested"]],  # the columns shown: half the bytes a rerun sends
         key="pin_listing",
         on_select="rerun",
         selection_mode="multi-row",
@@ -593,7 +606,7 @@ def pin_selection(machine: str) -> list[str]:
         st.warning(f"Selects no stored test: {', '.join(f'`{s}`' for s in empty)}")
     if refused:
         st.warning(refused)
-    tested = dict(zip(listing["test"], listing["cells tested"]))
+    tested = dict(zip(listing["test"].tolist(), listing["cells tested"].tolist()))
     kept = [t for t in chosen if tested.get(t)]
     left_out = len(chosen) - len(kept)
     if chosen:
