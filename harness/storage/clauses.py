@@ -75,6 +75,21 @@ def column_or_null(store: SqlResultsFile, table: str, column: str) -> str:
     return column if column in columns(store, table) else f"NULL AS {column}"
 
 
+def cell_columns(store: SqlResultsFile) -> str:
+    """A CTE body: each (run, cell)'s columns as a pin's rows carry them (`queries.loud_pin_rows`,
+    `pins.pairs`): its Python, requested versions, CUDA and Python version, and of its installed and
+    inherited versions those of its axes only."""
+    cuda, version = (column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
+    return f"""
+            SELECT run_id, cell_id, python, versions, {cuda}, {version},
+                   (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE installed->>k IS NOT NULL) AS installed,
+                   (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
+                    WHERE inherited->>k IS NOT NULL) AS inherited
+            FROM cells
+        """
+
+
 def identity_column(store: SqlResultsFile, alias: str = "") -> str:
     """The column that says which test a row is (`test_id`), or `scenario` in a file read
     without it (written before 0009 and older than the view this harness lays over it)."""

@@ -92,21 +92,13 @@ def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) ->
     the cell columns of `queries.loud_pin_rows`' rows (and `gpu_count`, the run's, as
     `pinning.with_machines` adds it), `outcomes`, `first` (the smallest chosen test), `earliest`
     and `latest` (when its chosen outcomes started) and `unstarted` (how many have no start time)."""
-    cuda, version = (clauses.column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL AS host_python"
     ctes, params, _, _ = clauses.admitted_pairs({k: v for k, v in (filters or {}).items() if k != "scenario"})
     rows = store.fetch(
         f"""
         WITH {ctes.strip()},
         h AS (SELECT run_id, host->>'python' AS host_python, json_extract(host, '$.gpu_count') AS gpu_count FROM runs),
-        c AS (
-            SELECT run_id, cell_id, python, versions, {cuda}, {version},
-                   (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
-                    WHERE installed->>k IS NOT NULL) AS installed,
-                   (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
-                    WHERE inherited->>k IS NOT NULL) AS inherited
-            FROM cells
-        ),
+        c AS ({clauses.cell_columns(store)}),
         o AS (
             SELECT run_id, cell_id, count(*) AS outcomes, min({identity(store)}) AS first,
                    min(started_at) AS earliest, max(started_at) AS latest, count(*) FILTER (started_at IS NULL) AS unstarted

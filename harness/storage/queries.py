@@ -434,7 +434,6 @@ def _pin_select(store: SqlResultsFile, filters: Filters, condition: str, *, stan
     cell) (`clauses.admitted_pairs`), not through `outcomes_v`'s join of every outcome to its cell
     and run (2.7 s of a pin over a suite's 25,000 tests at 2,000,000 outcomes)."""
     # A file an older harness wrote, opened read-only (not migrated), lacks the newer columns.
-    cuda, version = (clauses.column_or_null(store, "cells", c) for c in ("cuda_runtime", "python_version"))
     host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL"
     pairs, params, outcome_where, outcome_params = clauses.admitted_pairs(filters)
     where = " WHERE " + " AND ".join([*([outcome_where.removeprefix(" WHERE ")] if outcome_where else []), condition])
@@ -452,14 +451,7 @@ def _pin_select(store: SqlResultsFile, filters: Filters, condition: str, *, stan
         f"""
         WITH {pairs.strip()},
         h AS (SELECT run_id, host->>'python' AS host_python FROM runs),
-        c AS (
-            SELECT run_id, cell_id, python, versions, {cuda}, {version},
-                   (SELECT json_group_object(k, installed->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
-                    WHERE installed->>k IS NOT NULL) AS installed,
-                   (SELECT json_group_object(k, inherited->>k) FROM (SELECT unnest(json_keys(versions)) AS k)
-                    WHERE inherited->>k IS NOT NULL) AS inherited
-            FROM cells
-        ),
+        c AS ({clauses.cell_columns(store)}),
         o AS ({outcome})
         SELECT o.*, c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version
         FROM o LEFT JOIN c USING (run_id, cell_id)
