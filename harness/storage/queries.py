@@ -56,10 +56,8 @@ def outcome_rows(store: SqlResultsFile, run_id: str | None = None) -> list[dict[
 def each_outcome_row(store: SqlResultsFile, run_id: str | None = None, chunk: int = 10_000) -> Iterator[dict[str, Any]]:
     """`outcome_rows`, in its order, a chunk of rows at a time: what `harness summary --json` prints,
     without every row in memory at once (3.6 GB at 2,000,000 outcomes; DuckDB sorts within its limit)."""
-    columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v") if r["column_name"] != "first_run"]
-    own = [c for c in columns if c in _OUTCOME_LEVEL]
-    view, params = (f"({_RUN_STATE})", [run_id] * 4) if run_id else ("outcomes_v", [])
-    sql, templates = _rows_sql(store, own, [c for c in columns if c not in _OUTCOME_LEVEL], view, params, run_id)
+    own, shared, view, params = _source(store, run_id)
+    sql, templates = _rows_sql(store, own, shared, view, params, run_id)
     flaky = flaky_across_runs(store)  # read before the chunks: another query on the connection would end their result
     for tuples in store.fetch_chunks(sql, params, chunk):
         yield from _marked(_rows_from(tuples, own, templates), flaky)
@@ -136,12 +134,18 @@ def _identity(store: SqlResultsFile, alias: str = "") -> str:
     return f"{alias}scenario"
 
 
-def _outcome_rows(store: SqlResultsFile, run_id: str | None, *, quiet_as_one: bool) -> tuple[list[dict[str, Any]], Quiet]:
+def _source(store: SqlResultsFile, run_id: str | None) -> tuple[list[str], list[str], str, list[Any]]:
+    """(the view's columns of an outcome's own, those of its cell and run, the view, its parameters)."""
     columns = [r["column_name"] for r in store.fetch("DESCRIBE SELECT * FROM outcomes_v") if r["column_name"] != "first_run"]
     own = [c for c in columns if c in _OUTCOME_LEVEL]
     shared = [c for c in columns if c not in _OUTCOME_LEVEL]
     # one run: the file's state as of that run, for the cells it ran (`_RUN_STATE`); all: the current state
     view, params = (f"({_RUN_STATE})", [run_id] * 4) if run_id else ("outcomes_v", [])
+    return own, shared, view, params
+
+
+def _outcome_rows(store: SqlResultsFile, run_id: str | None, *, quiet_as_one: bool) -> tuple[list[dict[str, Any]], Quiet]:
+    own, shared, view, params = _source(store, run_id)
     if not quiet_as_one:
         return _read_rows(store, own, shared, view, params, run_id), NO_QUIET
     table = f"harness_quiet_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
