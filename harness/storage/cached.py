@@ -2,7 +2,7 @@
 
 Some answers read every current outcome and cost seconds on a team's file: the Support page's
 tables (each machine's known-good set, every library's line) took 4.8 s at 20,000 tests × 20
-cells on every first render. The commands that write the file (`sweep`, `merge`, `attribute`,
+cells on every first render. The commands that write outcomes into the file (`sweep`, `merge`,
 `compact`) compute them once and keep them here, under the **state key** of what they were
 computed from; a reader uses them only while the key is the file's key now, and computes them
 itself otherwise (a file a harness before this one wrote, a sweep's journal laid over, a merge
@@ -13,9 +13,7 @@ the runs: anything those answers read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import duckdb
 
@@ -35,49 +33,13 @@ _PARTS = {
 
 def state_key(store: SqlResultsFile) -> str:
     """What the file's answers are computed from, as one string: equal keys, equal answers."""
-    return _joined(state_parts(store))
-
-
-def state_parts(store: SqlResultsFile) -> dict[str, str]:
-    """`state_key`'s parts, by table: what `keep_on` compares a file's state with later."""
     with store.reading():  # one view of the file for all its tables (a writer's store opened one per read: 0.3 s)
-        return _parts(lambda sql: tuple(store.fetch(sql)[0].values()), store.has_table)
-
-
-def _parts_on(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """`state_parts` of the file a writer's connection is changing."""
-    return _parts(lambda sql: con.execute(sql).fetchone() or (), lambda table: _has(con, table))
-
-
-def _parts(one: Callable[[str], tuple[Any, ...]], has: Callable[[str], bool]) -> dict[str, str]:
-    """Each table's part of the key, `one` the first row of a query, `has` whether a table exists."""
-    return {
-        table: ",".join(str(v) for v in one(f"SELECT {summary} FROM {table}"))
-        for table, summary in _PARTS.items()
-        if table == "outcomes_v" or has(table)
-    }
-
-
-def _joined(parts: dict[str, str]) -> str:
+        parts = {
+            table: ",".join(str(v) for v in store.fetch(f"SELECT {summary} FROM {table}")[0].values())
+            for table, summary in _PARTS.items()
+            if table == "outcomes_v" or store.has_table(table)
+        }
     return ";".join(f"{table}:{summary}" for table, summary in parts.items())
-
-
-def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()
-    return bool(row and row[0])
-
-
-def keep_on(con: duckdb.DuckDBPyConnection, name: str, payload: str, read: dict[str, str]) -> bool:
-    """In a writer's transaction that just stored the answers (`transitions`): keep `payload`,
-    computed from the file as it was when `read` (`state_parts`) was taken, under the state the
-    transaction leaves, unless anything but the stored answers changed since (another writer's
-    outcomes folded in). One write where `harness attribute` made two (a copy of the file each:
-    0.5 s at 2,000,000 outcomes). Returns whether it was kept."""
-    now = _parts_on(con)
-    if {t: v for t, v in now.items() if t != "transitions"} != {t: v for t, v in read.items() if t != "transitions"}:
-        return False
-    _write_on(con, name, _joined(now), payload)
-    return True
 
 
 def read(store: SqlResultsFile, name: str, key: str) -> str | None:

@@ -41,7 +41,7 @@ import duckdb
 from harness.analysis.outcome import CellRecord, Collection, Outcome
 from harness.analysis.status import NOT_COLLECTED
 from harness.errors import StoreError
-from harness.storage import cached, queries, store_rows
+from harness.storage import queries, store_rows
 from harness.storage.store_file import DbFile, is_lock_error, store_error, within_memory
 from harness.storage.store_reading import open_snapshot
 from harness.storage.store_schema import (
@@ -367,21 +367,15 @@ class Store:
         *,
         scope: str = "",
         scenarios: Sequence[str] = (),
-        keep: tuple[str, str, dict[str, str]] | None = None,
     ) -> int:
         """Store freshly computed transitions in place of the old ones of the same scope, in one transaction.
 
         scope: the run id they were computed from ("" for all runs). scenarios: replace only
-        these scenarios' rows (empty: every row of the scope). keep: (name, payload, the file's
-        `cached.state_parts` it was computed from), kept in the same transaction under the state
-        it leaves (`cached.keep_on`). Returns the rows written.
+        these scenarios' rows (empty: every row of the scope). Returns the rows written.
         """
         stamp = now()
         with self.writing() as con:
-            written = store_rows.replace_transitions(con, rows, scope, scenarios, stamp)
-            if keep is not None:
-                cached.keep_on(con, *keep)
-            return written
+            return store_rows.replace_transitions(con, rows, scope, scenarios, stamp)
 
 
 def _dropping_answers(con: duckdb.DuckDBPyConnection, added: int) -> int:

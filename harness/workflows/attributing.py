@@ -17,10 +17,8 @@ from pathlib import Path
 from harness.analysis.attribution import Attribution
 from harness.analysis.requirement import StatedRequirement, requirements
 from harness.errors import BadInput
-from harness.storage import cached
 from harness.storage.store import Store
 from harness.workflows.answering import answer, refreshed
-from harness.workflows.support import SUPPORT, support_payload
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,12 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
     The releases of each axis come from every run's stored list and, unless `offline`, from the
     index (stored under run '' for later readers). An axis that has neither is `unlisted`.
     """
-    whole = not run_id and not scenarios  # the whole file's answers: the Support page's tables are kept with them
+    # The Support page's tables are not kept with the answers: with them stored, the page decides
+    # its tables in DuckDB (`support._support_in_sql`, 1.3 s at 2,000,000 outcomes), where making
+    # them here from the answer, and the file's state twice for their key, cost 2.3 s of attribute's 5.7.
     with Store(db) as store:  # read-write: the answers are stored next to the outcomes
         with store.reading():  # one view of the file for the reads (a writer's store opens one per read otherwise)
             found = answer(store, run_id or None, loud=not scenarios)  # a few scenarios named: every row of theirs
-            read = cached.state_parts(store) if whole else {}  # what they were computed from
         if not found.rows:
             hint = f" for run {run_id!r}; see `harness summary --db {db}`" if run_id else ""
             raise BadInput(f"no outcomes in {str(db)!r}{hint}")
@@ -54,11 +53,8 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
                 raise BadInput(f"no outcomes for scenario(s) {', '.join(map(repr, unknown))} in {str(db)!r}; stored: {', '.join(stored)}")
         if not offline:
             found = refreshed(store, found)
-            read = cached.state_parts(store) if whole else {}  # with the releases it stored
         if scenarios:
             # Every scenario's versions are known releases: a gap on one line may be tested on another.
             found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
-        payload = support_payload(found) if whole else None  # the tables as the Support page marks them
-        keep = (SUPPORT, payload, read) if payload is not None else None
-        store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios, keep=keep)
+        store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
     return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))

@@ -2,7 +2,8 @@
 in the file by the commands that write it (`storage.cached`), so that a reader shows them at once.
 
 `support_of` is what the dashboard and the published page read; `keep_support` what `harness
-sweep`, `merge`, `attribute` and `compact` call after they wrote the file.
+sweep`, `merge` and `compact` call after they wrote the file. `harness attribute` keeps none: with
+the answers it stores, the page decides its tables in DuckDB (`_support_in_sql`).
 """
 
 from __future__ import annotations
@@ -59,37 +60,27 @@ def _kept(store: Any) -> tuple[tuple[SupportTable, ...], str] | None:
     return tables_from_json(kept) if kept is not None else None
 
 
-def keep_support(store: Any, found: Answer | None = None) -> bool:
-    """After a command wrote the file (a read-write Store): compute the Support page's tables and
-    keep them in it, under the state they were computed from (4.8 s at 20,000 tests × 20 cells,
-    once a night instead of on every first render). `found`: the file's whole answer, attributed
-    and stored just now (`harness attribute`), which the tables are then made from without reading
-    the file again. Kept only where the state did not change while they were computed (another
-    writer); returns whether they were."""
+def keep_support(store: Any) -> bool:
+    """After a command wrote outcomes into the file (a read-write Store): compute the Support page's
+    tables and keep them in it, under the state they were computed from (4.8 s at 20,000 tests × 20
+    cells, once a night instead of on every first render). Kept only where the state did not change
+    while they were computed (another writer); returns whether they were."""
     from harness.storage import cached
 
     key = cached.state_key(store)
     if cached.read(store, SUPPORT, key) is not None:
         return True
-    payload = support_payload(found) if found is not None else support_payload_now(store)
+    payload = support_payload_now(store)
     if payload is None or cached.state_key(store) != key:
         return False
     cached.write(store, SUPPORT, key, payload)
     return True
 
 
-def support_payload(found: Answer) -> str | None:
-    """The Support page's tables of a file's whole answer (attributed just now), as kept in the
-    file (`cached`); None where they cannot be computed: the page computes them itself and shows
-    the error there, and the writing command must not fail for it."""
-    try:
-        return tables_to_json(*_support_from(found, found.transitions))
-    except Exception:
-        return None
-
-
 def support_payload_now(store: Any) -> str | None:
-    """`support_payload` of the file as it is (its stored answers marked, while current)."""
+    """The Support page's tables of the file as it is (its stored answers marked, while current), as
+    kept in the file (`cached`); None where they cannot be computed: the page computes them itself
+    and shows the error there, and the writing command must not fail for it."""
     try:
         return tables_to_json(*_support_now(store))
     except Exception:

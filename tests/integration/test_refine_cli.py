@@ -205,14 +205,13 @@ def test_refine_with_a_clone_names_the_commit_and_its_pr(tmp_path: Path, env_roo
     assert f"fixed by commit {fix[:12]} Fix the meta tensor (#42)" in text
     assert f"the commit before it is {shas['Docs (#41)'][:12]}" in text
     # the Support page over answers between commits: no release column for them, and no error
-    # (its tables were computed, and kept, when `refine` stored the answers)
-    from harness.storage import cached
+    # (decided in DuckDB from the answers `refine` stored)
     from harness.storage.store import Store
     from harness.workflows import support as publish
 
     with Store(db, read_only=True) as store:
-        tables, _ = publish._support_now(store)
-        assert cached.read(store, publish.SUPPORT, cached.state_key(store)) is not None
+        tables, _ = publish.support_of(store)
+        assert publish._support_in_sql(store) == (tables, "scenario")
     assert any(t.library == "compat-harness-probepkg" for t in tables)
 
 
