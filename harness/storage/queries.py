@@ -150,16 +150,28 @@ def _outcome_rows(store: SqlResultsFile, run_id: str | None, *, quiet_as_one: bo
         return _read_rows(store, own, shared, view, params, run_id), NO_QUIET
     table = f"harness_quiet_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
     state = f"harness_state_{uuid.uuid4().hex[:12]}"
+    stand_in = f"harness_stand_in_{uuid.uuid4().hex[:12]}"
     source = "outcomes"
     try:
         if run_id:  # the run's state, worked out once: the quiet tests, the loud rows and the stand-in's read it
             store.fetch(f"CREATE TEMP TABLE {state} AS {_RUN_STATE}", params)
             view, params, source = state, [], state
         quiet = _quiet(store, table, source)
-        return _read_rows(store, own, shared, view, params, run_id, (table, quiet, source) if quiet else None), quiet
+        if quiet:  # the stand-in's rows and their earliest outcome, in one pass over the quiet tests' outcomes
+            store.fetch(_STAND_IN_ROWS.format(stand_in=stand_in, source=source, identity=_identity(store), table=table))
+        return _read_rows(store, own, shared, view, params, run_id, (table, quiet, stand_in) if quiet else None), quiet
     finally:
-        store.fetch(f"DROP TABLE IF EXISTS {table}")
-        store.fetch(f"DROP TABLE IF EXISTS {state}")
+        for temporary in (table, state, stand_in):
+            store.fetch(f"DROP TABLE IF EXISTS {temporary}")
+
+
+#: The stand-in's rows (`loud_rows`): one per (run, cell, repeat) of the quiet tests' outcomes, with
+#: their seconds, the latest start and the earliest (`first_started_at`).
+_STAND_IN_ROWS = """
+    CREATE TEMP TABLE {stand_in} AS
+    SELECT run_id, cell_id, repeat, sum(seconds) AS seconds, max(started_at) AS started_at, min(started_at) AS first_started_at
+    FROM {source} WHERE {identity} IN (SELECT test FROM {table}) GROUP BY run_id, cell_id, repeat
+"""
 
 
 def _read_rows(
@@ -171,7 +183,7 @@ def _read_rows(
     run_id: str | None,
     quiet: tuple[str, Quiet, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of `view`; with `quiet` (its temporary table, its tests), theirs as the stand-in's."""
+    """The rows of `view`; with `quiet` (its temporary table, its tests, the stand-in's rows), theirs as the stand-in's."""
     sql, templates = _rows_sql(store, own, shared, view, params, run_id, quiet)
     rows = mark_flaky(store, _rows_from(store.fetch_tuples(sql, params), own, templates))
     if quiet:
@@ -196,11 +208,8 @@ def _rows_sql(
     sql = f"SELECT {listed} FROM {own_view}"
     if quiet:
         stand_in = ", ".join(_STAND_IN.get(c, f'NULL AS "{c}"') for c in own)
-        identity, table, source = _identity(store), quiet[0], quiet[2]
-        sql = (
-            f"SELECT {listed} FROM {own_view} WHERE {identity} NOT IN (SELECT test FROM {table}) UNION ALL "
-            f"SELECT {stand_in} FROM {source} WHERE {identity} IN (SELECT test FROM {table}) GROUP BY run_id, cell_id, repeat"
-        )
+        identity, table, rows = _identity(store), quiet[0], quiet[2]
+        sql = f"SELECT {listed} FROM {own_view} WHERE {identity} NOT IN (SELECT test FROM {table}) UNION ALL SELECT {stand_in} FROM {rows}"
     sql = f"{sql} ORDER BY cell_id, scenario, repeat, run_id"
     templates: dict[tuple[Any, Any], dict[str, Any]] = {}
     if shared:
@@ -220,22 +229,22 @@ def _rows_sql(
 _OWN = "(SELECT * REPLACE (COALESCE(nullif(test_id, ''), scenario) AS test_id) FROM outcomes)"
 
 
-#: The stand-in's own columns (`loud_rows`), one row per (run, cell, repeat) of the quiet tests' outcomes.
+#: The stand-in's own columns (`loud_rows`), from its rows (`_STAND_IN_ROWS`): one per (run, cell, repeat) of the quiet tests' outcomes.
 _STAND_IN = {
     "run_id": "run_id",
     "cell_id": "cell_id",
     "scenario": f"'{STAND_IN}' AS scenario",
     "repeat": "repeat",
     "status": f"'{Status.PASS.value}' AS status",
-    "seconds": "sum(seconds) AS seconds",
-    "started_at": "max(started_at) AS started_at",
+    "seconds": "seconds",
+    "started_at": "started_at",
 }
 
 
-def _stand_ins(store: SqlResultsFile, rows: list[dict[str, Any]], table: str, quiet: Quiet, source: str = "outcomes") -> None:
+def _stand_ins(store: SqlResultsFile, rows: list[dict[str, Any]], table: str, quiet: Quiet, stand_in: str) -> None:
     """The stand-in rows' `stands_for` and `first_started_at` (the earliest quiet outcome of their (run, cell, repeat))."""
-    sql = f"SELECT run_id, cell_id, repeat, min(started_at) FROM {source} o JOIN {table} q ON {_identity(store, 'o.')} = q.test"
-    first = {(r, c, k): at for r, c, k, at in store.fetch_tuples(sql + " GROUP BY ALL")}
+    sql = f"SELECT run_id, cell_id, repeat, first_started_at FROM {stand_in}"
+    first = {(r, c, k): at for r, c, k, at in store.fetch_tuples(sql)}
     for row in rows:
         if row["scenario"] == STAND_IN:
             row["stands_for"] = len(quiet)

@@ -356,3 +356,28 @@ def test_pin_rows_are_the_views_rows_of_the_tests_asked_for_as_the_filters_admit
     want = [r for r in every if r["scenario"] in set(tests) and admits(r)]
     assert sorted(tuple(r[k] for k in key) for r in got) == sorted(tuple(r[k] for k in key) for r in want)
     assert want or held == "gpu"
+
+
+@pytest.mark.parametrize("which", ["all runs", "the oldest run"])
+def test_a_stand_in_row_sums_up_the_quiet_outcomes_it_stands_for(suite: Path, which: str) -> None:
+    # one row per (run, cell, repeat): the quiet tests' seconds summed, their latest start and
+    # their earliest (`first_started_at`: the published page's first outcome), as every row says
+    with Store(suite, read_only=True) as store:
+        run = store.fetch("SELECT run_id FROM runs ORDER BY started_at LIMIT 1")[0]["run_id"] if which == "the oldest run" else None
+        loud, quiet = queries.loud_rows(store, run)
+        every = queries.outcome_rows(store, run)
+    assert quiet.tests
+    quiet_names = set(quiet.tests)
+    expected: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in every:
+        if row["scenario"] in quiet_names:
+            expected.setdefault((row["run_id"], row["cell_id"], row["repeat"]), []).append(row)
+    stand_ins = {(r["run_id"], r["cell_id"], r["repeat"]): r for r in loud if r["scenario"] == STAND_IN}
+    assert stand_ins.keys() == expected.keys()
+    for key, rows in expected.items():
+        row = stand_ins[key]
+        assert row["stands_for"] == len(quiet.tests) == len(rows)
+        assert row["started_at"] == max(r["started_at"] for r in rows)
+        assert row["first_started_at"] == min(r["started_at"] for r in rows)
+        assert row["seconds"] == pytest.approx(sum(r["seconds"] for r in rows))
+        assert len({r["started_at"] for r in rows}) > 1  # the case can tell the earliest from the latest
