@@ -70,13 +70,16 @@ def _passing_here(machine: str) -> list[str]:
 
 
 where = "somewhere" if machine == ANY_MACHINE else f"on {machine}"
+scenarios: list[str] = []  # the scenarios chosen (a suite's tests: only `joined` names them)
 if tests:
-    scenarios = suite.pin_selection(str(machine))
+    selection = suite.pin_selection(str(machine))
+    joined, count = selection.joined, selection.kept
 else:
     here = _passing_here(str(machine))
     if st.button(f"Choose the {len(here)} scenario(s) that pass {where}", key="pin_all_passing"):
         st.session_state["pin_scenarios"] = here
     scenarios = common.multiselect("scenarios that must pass", facets["scenario"], "pin_scenarios", placeholder="choose one or more")
+    joined, count = suite.SEP.join(scenarios), len(scenarios)
 columns = st.columns(len(axes) + 1)
 fixed: dict[str, str] = {}
 for column, axis in zip(columns, axes):
@@ -90,15 +93,15 @@ gpu = columns[-1].selectbox("GPU", ["any", *facets["gpu"]], key="pin_gpu")
 common.remember("pin_gpu")
 st.caption(f"Newest means: compared on {', '.join(DEFAULT_RANKING)} in that order (releases before git or path sources).")
 
-if not scenarios:
+if not count:
     if not tests:  # a suite's every test is listed above, with the same counts
         rates = _pass_rates(common.version())
         st.dataframe(rates, hide_index=True, column_config={"cells passing": st.column_config.NumberColumn(help="every repeat passed")})
     st.stop()
 if tests:
     # the choice over thousands of tests takes seconds: made when asked, then kept while the choice is the same
-    wanted = (tuple(scenarios), str(machine), tuple(sorted(fixed.items())), str(gpu))
-    if st.button(f"Pin the {len(scenarios):,} test(s)", key="pin_go", type="primary"):
+    wanted = (joined, str(machine), tuple(sorted(fixed.items())), str(gpu))
+    if st.button(f"Pin the {count:,} test(s)", key="pin_go", type="primary"):
         st.session_state["pin_asked"] = wanted
     if st.session_state.get("pin_asked") != wanted:
         st.stop()
@@ -109,20 +112,22 @@ def _held(fixed: dict[str, str], gpu: str, machine: str) -> Constraints:
     return Constraints(tuple((axis, f"=={value}") for axis, value in sorted(fixed.items()) if value), gpu, machine=machine)
 
 
-#: Joins the chosen names into one cache key: no node id or scenario holds it.
-_SEP = "\x00"
-
-
-def _pin(store: Store, joined: str, held: Constraints, ranking: tuple[str, ...], machine: str | None) -> tuple[PinResult, list[str]]:
-    """`pin_and_never` of the names `joined` holds: Streamlit hashes one string for the cache key,
-    not a tuple of a suite's 78,000 names one by one (0.7 s of a filter change at 2,000,000 outcomes)."""
-    return pin_and_never(store, joined.split(_SEP), held, ranking, machine)
+def _pin(
+    store: Store, joined: str, held: Constraints, ranking: tuple[str, ...], machine: str | None
+) -> tuple[PinResult, list[str], list[str]]:
+    """`pin_and_never` of the names `joined` holds, and when nothing passes the lines that say why
+    (`describe` names 78,000 tests by where they live: worked out with the pin, not on every rerun).
+    Streamlit hashes one string for the cache key, not a tuple of a suite's 78,000 names one by one
+    (0.7 s of a filter change at 2,000,000 outcomes). A tuple, not a class of this page: the page
+    runs as `__main__`, whose classes the cache cannot pickle."""
+    result, never = pin_and_never(store, joined.split(suite.SEP), held, ranking, machine)
+    return result, never, [] if result.found else result.describe()
 
 
 held = _held(fixed, "" if gpu == "any" else str(gpu), "" if machine == ANY_MACHINE else str(machine))
 with st.spinner("choosing…"):
     # a suite's chosen tests that never passed on the machine come with the pin, asked of themselves
-    result, never = common.query(_pin, _SEP.join(scenarios), held, DEFAULT_RANKING, str(machine) if tests else None)
+    result, never, lines = common.query(_pin, joined, held, DEFAULT_RANKING, str(machine) if tests else None)
 if not result.found:
     chosen = "test" if tests else "scenario"
     st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
@@ -131,7 +136,7 @@ if not result.found:
         never = [s for s in scenarios if s not in passing]
     if never:
         st.warning(f"Never passed {where} (not applicable there, or failing in every cell): {grouping.name_many(never)}")
-    st.code("\n".join(result.describe()), language=None)
+    st.code("\n".join(lines), language=None)
     st.stop()
 
 st.subheader("Newest passing set" + ("" if machine == ANY_MACHINE else f" on {machine}"))
