@@ -45,6 +45,7 @@ from harness.analysis.attribution import (
     attribute,
     release_axes_of,
     seen_versions,
+    to_columns,
     to_rows,
 )
 from harness.analysis.knowngood import KnownGoodSet, known_good_sets, with_quiet
@@ -119,6 +120,10 @@ class Answer:
     def to_rows(self, scope: str = "") -> list[dict[str, Any]]:
         """Rows shaped like the `transitions` table (what `harness attribute` stores)."""
         return to_rows(self.attribution, scope)
+
+    def to_columns(self, scope: str = "") -> dict[str, list[Any]]:
+        """`to_rows` by column, as `harness attribute` writes them."""
+        return to_columns(self.attribution, scope)
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """Per signature, one row per distinct answer (kind, axis, both ends, what lies between,

@@ -29,7 +29,7 @@ analyses see each outcome the moment it is journaled, and a user's own
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import datetime
@@ -373,9 +373,13 @@ class Store:
         scope: the run id they were computed from ("" for all runs). scenarios: replace only
         these scenarios' rows (empty: every row of the scope). Returns the rows written.
         """
+        return self.replace_transition_columns(store_rows.columns_of(rows), scope=scope, scenarios=scenarios)
+
+    def replace_transition_columns(self, columns: Mapping[str, Sequence[Any]], *, scope: str = "", scenarios: Sequence[str] = ()) -> int:
+        """`replace_transitions` of transitions by column (`attribution.to_columns`: no dict made per answer)."""
         stamp = now()
         with self.writing() as con:
-            return store_rows.replace_transitions(con, rows, scope, scenarios, stamp)
+            return store_rows.replace_transitions(con, columns, scope, scenarios, stamp)
 
 
 def _dropping_answers(con: duckdb.DuckDBPyConnection, added: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -226,14 +226,28 @@ _TRANSITION_JSON = frozenset({"untested", "inconclusive", "held", "runs"})
 
 class _Encoded:
     """A transition's JSON column as text, each distinct value encoded once: the transitions of
-    tests whose rows say the same share their lists (`untested`, `held`, `runs`)."""
+    tests whose rows say the same share their lists (`untested`, `held`, `runs`). A tuple or a
+    dict met again as the same object (`attribution.to_columns` hands on the answers' own) is
+    looked up by identity, without a key built from its items; the objects are held until this
+    encoder goes, so that no identity is reused meanwhile."""
 
     def __init__(self) -> None:
         self._seen: dict[Any, str] = {}
+        self._same: dict[int, tuple[Any, str]] = {}
 
     def __call__(self, value: Any) -> str:
         if value is None:
             return "null"
+        if isinstance(value, tuple | dict):
+            held = self._same.get(id(value))
+            if held is not None and held[0] is value:
+                return held[1]
+            text = self._text(list(value) if isinstance(value, tuple) else value)
+            self._same[id(value)] = (value, text)
+            return text
+        return self._text(value)
+
+    def _text(self, value: Any) -> str:
         # only text is kept by value: 1, 1.0 and True are equal keys that encode apart
         if isinstance(value, list) and set(map(type, value)) <= _TEXT:
             key: tuple[Any, ...] = (list, *value)
@@ -250,10 +264,15 @@ class _Encoded:
 _TEXT = {str}
 
 
-def _column(rows: Sequence[dict[str, Any]], name: str, encoded: _Encoded) -> list[str | None]:
-    """Column `name` of the transitions `rows`, as stored: a JSON column encoded, any other as text
+def columns_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Transitions `rows` (`attribution.to_rows`' shape) by column: a key a row lacks is None."""
+    listed = list(rows)
+    return {name: [r.get(name) for r in listed] for name in _TRANSITION_COLUMNS[1:]}
+
+
+def _column(values: list[Any], name: str, encoded: _Encoded) -> list[str | None]:
+    """Column `name` of the transitions, as stored: a JSON column encoded, any other as text
     (NULL stays NULL), each value looked at once per column, not once per row, where all are text."""
-    values = [r.get(name) for r in rows]
     if name in _TRANSITION_JSON:
         return list(map(encoded, values))
     if set(map(type, values)) <= {str, type(None)}:
@@ -262,22 +281,22 @@ def _column(rows: Sequence[dict[str, Any]], name: str, encoded: _Encoded) -> lis
 
 
 def replace_transitions(
-    con: duckdb.DuckDBPyConnection, rows: Iterable[dict[str, Any]], scope: str, scenarios: Sequence[str], stamp: datetime
+    con: duckdb.DuckDBPyConnection, columns: Mapping[str, Sequence[Any]], scope: str, scenarios: Sequence[str], stamp: datetime
 ) -> int:
-    """Transitions in place of the old ones of `scope` (of `scenarios` only, if any), computed at
-    `stamp`, in one transaction; returns the rows written."""
+    """Transitions (by column: `columns_of`, `attribution.to_columns`) in place of the old ones of
+    `scope` (of `scenarios` only, if any), computed at `stamp`, in one transaction; returns the rows written."""
     delete = "DELETE FROM transitions WHERE scope = ?"
     params: list[Any] = [scope]
     if scenarios:
         delete += f" AND scenario IN ({', '.join('?' for _ in scenarios)})"
         params.extend(scenarios)
-    listed = list(rows)
+    count = len(columns["scenario"])
     encoded = _Encoded()
     # DuckDB scans the columns as NumPy arrays at once: an INSERT per row took 15 s for a suite's
     # 13,695 transitions, a JSON document per row 2 s for 2,000,000 outcomes' 78,000
-    batch = {c: numpy.array(_column(listed, c, encoded), dtype=object) for c in _TRANSITION_COLUMNS[1:]}
+    batch = {c: numpy.array(_column(list(columns.get(c) or [None] * count), c, encoded), dtype=object) for c in _TRANSITION_COLUMNS[1:]}
     values = ", ".join(f'CAST("{c}" AS VARCHAR)' for c in batch)
-    batch["seq"] = numpy.arange(len(listed), dtype=numpy.int32)  # the order written, whatever order DuckDB scans in
+    batch["seq"] = numpy.arange(count, dtype=numpy.int32)  # the order written, whatever order DuckDB scans in
     name = f"harness_transitions_{uuid.uuid4().hex[:12]}"
     insert = (
         f"INSERT INTO transitions ({', '.join(_TRANSITION_COLUMNS)}, seq, computed_at) SELECT ?, {values}, seq, ?::TIMESTAMP FROM {name}"
@@ -285,7 +304,7 @@ def replace_transitions(
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(delete, params)
-        if listed:
+        if count:
             con.register(name, batch)
             con.execute(insert, [scope, stamp.isoformat(sep=" ")])
         con.execute("COMMIT")
@@ -293,9 +312,9 @@ def replace_transitions(
         con.execute("ROLLBACK")
         raise
     finally:
-        if listed:
+        if count:
             con.unregister(name)
-    return len(listed)
+    return count
 
 
 def _count(con: duckdb.DuckDBPyConnection, table: str = "") -> int:

@@ -56,5 +56,5 @@ def attribute_file(db: Path, run_id: str = "", scenarios: Sequence[str] = (), *,
         if scenarios:
             # Every scenario's versions are known releases: a gap on one line may be tested on another.
             found = found.narrowed(r for r in found.rows if r["scenario"] in scenarios)
-        store.replace_transitions(found.to_rows(run_id), scope=run_id, scenarios=scenarios)
+        store.replace_transition_columns(found.to_columns(run_id), scope=run_id, scenarios=scenarios)
     return Attributed(found.attribution, found.attributed, found.unlisted, tuple(requirements(found.transitions)))
