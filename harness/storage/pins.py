@@ -22,8 +22,13 @@ per (run, cell) pair, per candidate, or per failure to name:
 - `never_passed`: the chosen tests without a pass in some runs (the page's "never passed on").
 
 Each takes the chosen tests as a temporary table (`chosen`, made in `store.reading()`) and the
-candidates as their (run, cell) pairs (`Members`). tests/unit/test_pin_sql_*.py hold them to the
-Python rule on tables of cases, and `pin_from_store` to the result `choose` gives.
+candidates as their (run, cell) pairs (`Members`). The chosen tests' outcomes are read from
+`outcomes` once, into a narrow temporary table (`_read`: numbers for the pair and the test, the
+repeat, whether it passed, when it started, and the words of those that did not pass), which
+`pairs`, `loud_table`, `evidence`, `first_at` and `never_passed` ask instead of `outcomes`: each
+read of `outcomes` decodes and hashes every node id (0.1-0.25 s at 2,000,000 outcomes), and a pin
+that finds nothing asked three. tests/unit/test_pin_sql_*.py
+hold them to the Python rule on tables of cases, and `pin_from_store` to the result `choose` gives.
 """
 
 from __future__ import annotations
@@ -74,16 +79,67 @@ def identity(store: SqlResultsFile, alias: str = "") -> str:
     return f"{alias}scenario"
 
 
+#: The chosen tables whose tests' outcomes were read (`_read`), on the connection that holds them.
+_READ: set[str] = set()
+#: Joins the chosen names into one parameter: no node id or scenario holds it.
+_SEP = "\x00"
+
+
 @contextmanager
 def chosen_table(store: SqlResultsFile, tests: Sequence[str]) -> Iterator[str]:
-    """The chosen tests as a temporary table (thousands: a table rather than as many `?`); call
-    inside `store.reading()`, where the table lives on one connection."""
+    """The chosen tests as a temporary table (thousands: a table rather than as many `?`), each with
+    `t`, its place in their order (`min(t)` is the smallest test); call inside `store.reading()`,
+    where the table lives on one connection."""
     name = f"harness_pin_chosen_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
-    store.fetch(f"CREATE TEMP TABLE {name} AS SELECT DISTINCT unnest(?::VARCHAR[]) AS test", [list(tests)])
+    joined = _SEP.join(tests)
+    param: str | list[str]
+    if tests and joined.count(_SEP) == len(tests) - 1:  # no name holds the separator: one string, split in DuckDB
+        names, param = f"string_split(?, chr({ord(_SEP)}))", joined  # 75,000 names as a list parameter: 0.02 s more
+    else:
+        names, param = "?::VARCHAR[]", list(tests)
+    store.fetch(
+        f"CREATE TEMP TABLE {name} AS SELECT test, (row_number() OVER (ORDER BY test))::INTEGER AS t "
+        f"FROM (SELECT DISTINCT unnest({names}) AS test)",
+        [param],
+    )
     try:
         yield name
     finally:
+        if name in _READ:
+            _READ.discard(name)
+            store.fetch(f"DROP TABLE IF EXISTS {name}_rows")
+            store.fetch(f"DROP TABLE IF EXISTS {name}_pairs")
         store.fetch(f"DROP TABLE IF EXISTS {name}")
+
+
+def _read(store: SqlResultsFile, chosen: str) -> tuple[str, str]:
+    """(`{chosen}_rows`, `{chosen}_pairs`): the chosen tests' outcomes read from `outcomes` once, on the
+    first read that needs them, one row each: `p` (its (run, cell) pair, numbered in `{chosen}_pairs`),
+    `t` (its test's in `chosen`), `repeat`, `ok` (it passed), `started_at`, and where it did not pass
+    its `status`, `signature` and `message` (its first line). Dropped with `chosen`."""
+    rows, pairs = f"{chosen}_rows", f"{chosen}_pairs"
+    if chosen not in _READ:
+        store.fetch(
+            f"CREATE TEMP TABLE {pairs} AS SELECT run_id, cell_id, (row_number() OVER ())::INTEGER AS p "
+            "FROM (SELECT DISTINCT run_id, cell_id FROM outcomes)"
+        )
+        _READ.add(chosen)
+        bad = f"o.status <> '{Status.PASS.value}'"
+        # the words of the few outcomes that did not pass come with them: few distinct, read at little cost
+        store.fetch(
+            f"""CREATE TEMP TABLE {rows} AS
+            SELECT pr.p, c.t, o.repeat, NOT ({bad}) AS ok, o.started_at, CASE WHEN {bad} THEN o.status END AS status,
+                   CASE WHEN {bad} THEN o.signature END AS signature,
+                   CASE WHEN {bad} THEN split_part(o.message, chr(10), 1) END AS message
+            FROM outcomes o JOIN {chosen} c ON c.test = {identity(store, "o.")} JOIN {pairs} pr USING (run_id, cell_id)"""
+        )
+    return rows, pairs
+
+
+def _mapped(members: Members, pairs: str) -> tuple[str, list[Any]]:
+    """CTEs `m` (`Members.cte`) and `mp`: `m` with each pair's number `p` in `pairs`."""
+    m, params = members.cte()
+    return f"{m}, mp AS (SELECT m.*, pr.p FROM m JOIN {pairs} pr USING (run_id, cell_id))", params
 
 
 def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) -> list[dict[str, Any]]:
@@ -94,15 +150,20 @@ def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) ->
     and `latest` (when its chosen outcomes started) and `unstarted` (how many have no start time)."""
     host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL AS host_python"
     ctes, params, _, _ = clauses.admitted_pairs({k: v for k, v in (filters or {}).items() if k != "scenario"})
+    read, numbered = _read(store, chosen)
     rows = store.fetch(
         f"""
         WITH {ctes.strip()},
         h AS (SELECT run_id, host->>'python' AS host_python, json_extract(host, '$.gpu_count') AS gpu_count FROM runs),
         c AS ({clauses.cell_columns(store)}),
+        n AS (
+            SELECT p, count(*) AS outcomes, min(t) AS first, min(started_at) AS earliest, max(started_at) AS latest,
+                   count(*) FILTER (started_at IS NULL) AS unstarted
+            FROM {read} GROUP BY p
+        ),
         o AS (
-            SELECT run_id, cell_id, count(*) AS outcomes, min({identity(store)}) AS first,
-                   min(started_at) AS earliest, max(started_at) AS latest, count(*) FILTER (started_at IS NULL) AS unstarted
-            FROM outcomes WHERE {identity(store)} IN (SELECT test FROM {chosen}) GROUP BY run_id, cell_id
+            SELECT pr.run_id, pr.cell_id, n.outcomes, ch.test AS first, n.earliest, n.latest, n.unstarted
+            FROM n JOIN {numbered} pr USING (p) JOIN {chosen} ch ON ch.t = n.first
         )
         SELECT o.run_id, o.cell_id, a.gpu, a.platform, {host}, h.gpu_count,
                c.versions, c.installed, c.inherited, c.python, c.cuda_runtime, c.python_version,
@@ -143,26 +204,33 @@ def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator
     """A temporary table of the chosen tests that do not pass in a candidate, one row per (`cand`,
     `test`): an outcome there did not pass, or the history marks one flaky across runs
     (`queries.mark_flaky`); with how many `outcomes` it has there, whether one is marked (`flaky`),
-    and, where it has one outcome, its `status`, `signature`, `message` and `run_id`. The
-    scenarios (no `::`, which a candidate without an outcome of them fails) have a row wherever
-    they have an outcome (`bad` says whether they pass). The other chosen tests pass wherever
-    they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 127,000 rows."""
+    and, where it has one outcome, its `status` and `run_id`, and where that one did not pass, its
+    `signature` and `message`. The scenarios (no `::`, which a candidate without an outcome of them
+    fails) have a row wherever they have an outcome (`bad` says whether they pass). The other chosen
+    tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 73,000 rows."""
     name = f"harness_pin_loud_{uuid.uuid4().hex[:12]}"
-    m, params = members.cte()
-    test = identity(store, "o.")
+    read, numbered = _read(store, chosen)
+    ctes, params = _mapped(members, numbered)
+    # the history's marks of the chosen tests, by pair and test number
+    marks = f"SELECT pr.p, ch.t FROM ({_flaky(store)}) x JOIN {numbered} pr USING (run_id, cell_id) JOIN {chosen} ch ON ch.test = x.test"
     # the tests that fail somewhere first (few outcomes do not pass): their outcomes then, not every chosen test's
-    loud = f"""SELECT DISTINCT {test} AS test FROM outcomes o JOIN m USING (run_id, cell_id)
-            WHERE o.status <> '{Status.PASS.value}' AND {test} IN (SELECT test FROM {chosen})
-            UNION SELECT test FROM ({_flaky(store)}) JOIN m USING (run_id, cell_id) WHERE test IN (SELECT test FROM {chosen})
-            UNION SELECT test FROM {chosen} WHERE strpos(test, '::') = 0"""
+    loud = f"""SELECT s.t FROM {read} s JOIN mp USING (p) WHERE NOT s.ok
+            UNION SELECT f.t FROM f JOIN mp USING (p)
+            UNION SELECT t FROM {chosen} WHERE strpos(test, '::') = 0"""
     store.fetch(
         f"""
         CREATE TEMP TABLE {name} AS
-        WITH {m}, {_rows(store, loud)}
-        SELECT cand, test, count(*) AS outcomes, bool_or(marked) AS flaky, bool_or(NOT passed) AS bad,
-               any_value(status) AS status, any_value(signature) AS signature, any_value(message) AS message,
-               any_value(run_id) AS run_id
-        FROM o GROUP BY cand, test HAVING bool_or(NOT passed) OR strpos(test, '::') = 0
+        WITH {ctes}, f AS ({marks}), loud AS ({loud}),
+        g AS (
+            SELECT mp.cand, s.t, count(*) AS outcomes, bool_or(f.t IS NOT NULL) AS flaky, bool_or(NOT s.ok OR f.t IS NOT NULL) AS bad,
+                   any_value(s.p) AS p, any_value(s.status) AS status, any_value(s.signature) AS signature, any_value(s.message) AS message
+            FROM {read} s SEMI JOIN loud USING (t) JOIN mp USING (p) LEFT JOIN f USING (p, t)
+            GROUP BY mp.cand, s.t
+        )
+        SELECT g.cand, ch.test, g.outcomes, g.flaky, g.bad,
+               CASE WHEN g.outcomes = 1 THEN COALESCE(g.status, '{Status.PASS.value}') END AS status, g.signature, g.message, pr.run_id
+        FROM g JOIN {chosen} ch USING (t) JOIN {numbered} pr USING (p)
+        WHERE g.bad OR strpos(ch.test, '::') = 0
         """,
         params,
     )
@@ -203,13 +271,10 @@ def failing_tests(store: SqlResultsFile, loud: str, chosen: str, members: Member
 def evidence(store: SqlResultsFile, chosen: str, members: Members, runs: Sequence[str]) -> dict[str, tuple[int, tuple[str, ...]]]:
     """chosen test -> (its outcomes, its runs, sorted) in the candidate `members` pools; tests without
     one: not listed. runs: the candidate's; one run is every test's there (no list per test)."""
-    m, params = members.cte()
-    test = identity(store, "o.")
-    listed = "NULL" if len(runs) <= 1 else "list(DISTINCT run_id ORDER BY run_id) FILTER (run_id <> '')"
-    sql = (
-        f"WITH {m} SELECT {test} AS test, count(*), {listed} FROM outcomes o JOIN m USING (run_id, cell_id) "
-        f"WHERE {test} IN (SELECT test FROM {chosen}) GROUP BY ALL"
-    )
+    read, numbered = _read(store, chosen)
+    ctes, params = _mapped(members, numbered)
+    listed = "NULL" if len(runs) <= 1 else "list(DISTINCT mp.run_id ORDER BY mp.run_id) FILTER (mp.run_id <> '')"
+    sql = f"WITH {ctes} SELECT ch.test, count(*), {listed} FROM {read} s JOIN mp USING (p) JOIN {chosen} ch USING (t) GROUP BY ch.test"
     every = tuple(runs)
     return {str(t): (int(n), tuple(found) if found is not None else every) for t, n, found in store.fetch_tuples(sql, params)}
 
@@ -218,11 +283,11 @@ def first_at(store: SqlResultsFile, chosen: str, members: Members, minute: str) 
     """The (run, cell) of the first chosen outcome that started in `minute` (`rows.to_minute`), in
     the order `Candidate.all_rows` lists them (each test where its first pair holds it, then by
     pair and repeat): the row `choose` takes as the latest when the candidate's pairs tie."""
-    m, params = members.cte()
-    test = identity(store, "o.")
+    read, numbered = _read(store, chosen)
+    ctes, params = _mapped(members, numbered)
     sql = (
-        f"WITH {m}, o AS (SELECT {test} AS test, o.run_id, o.cell_id, o.repeat, o.started_at, m.k FROM outcomes o "
-        f"JOIN m USING (run_id, cell_id) WHERE {test} IN (SELECT test FROM {chosen})) "
+        f"WITH {ctes}, o AS (SELECT ch.test, mp.run_id, mp.cell_id, s.repeat, s.started_at, mp.k FROM {read} s "
+        f"JOIN mp USING (p) JOIN {chosen} ch USING (t)) "
         "SELECT run_id, cell_id FROM (SELECT *, min(k) OVER (PARTITION BY test) AS first_k FROM o) "
         "WHERE COALESCE(strftime(started_at, '%Y-%m-%d %H:%M'), '') = ? ORDER BY first_k, test, k, repeat LIMIT 1"
     )
@@ -285,11 +350,17 @@ def never_passed(store: SqlResultsFile, chosen: str, tests: Sequence[str], runs:
     """The tests of `tests` (in their order; the table `chosen` holds them) without one outcome that
     passed in `runs` (None: in any run): what the Pin page names when nothing passes, asked of the
     chosen tests only rather than of every test on every machine (`pinning.passing_by_machine`, 1.3 s
-    at 2,000,000 outcomes)."""
-    test = identity(store)
-    where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
-    # an anti join: the few chosen tests without a pass, not every test that passed (0.16 s, not 0.27, at 2,000,000 outcomes)
-    passed = f"SELECT {test} AS test FROM outcomes WHERE status = '{Status.PASS.value}' {where}"
-    sql = f"SELECT test FROM {chosen} ANTI JOIN ({passed}) USING (test)"
+    at 2,000,000 outcomes); of their outcomes as the pin read them, when it did (`_read`)."""
+    if chosen in _READ:
+        read, numbered = _read(store, chosen)
+        where = "" if runs is None else f"AND s.p IN (SELECT p FROM {numbered} WHERE run_id IN (SELECT unnest(?::VARCHAR[])))"
+        passed = f"SELECT s.t FROM {read} s WHERE s.ok {where}"
+        sql = f"SELECT test FROM {chosen} ANTI JOIN ({passed}) USING (t)"
+    else:
+        test = identity(store)
+        where = "" if runs is None else "AND run_id IN (SELECT unnest(?::VARCHAR[]))"
+        # an anti join: the few chosen tests without a pass, not every test that passed (0.16 s, not 0.27, at 2,000,000 outcomes)
+        passed = f"SELECT {test} AS test FROM outcomes WHERE status = '{Status.PASS.value}' {where}"
+        sql = f"SELECT test FROM {chosen} ANTI JOIN ({passed}) USING (test)"
     never = {str(t) for (t,) in store.fetch_tuples(sql, [] if runs is None else [list(runs)])}
     return [t for t in tests if t in never]
