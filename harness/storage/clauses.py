@@ -102,22 +102,29 @@ _OUTCOME_FILTERS = frozenset({"run_id", "cell_id", "scenario", "status"})
 _PAIR_AXES = ", ".join(f"COALESCE(c.installed->>'{a}', c.versions->>'{a}') AS {a}" for a in AXIS_ORDER)
 
 
-def admitted_pairs(filters: Filters | None) -> tuple[str, list[Any], str, list[Any]]:
+def admitted_pairs(filters: Filters | None, among: str = "") -> tuple[str, list[Any], str, list[Any]]:
     """Two CTEs, `per` (outcomes, last outcome and highest repeat per run and cell) and `admitted`
     (the (run, cell) pairs the filters admit, with the run's `gpu`), and the WHERE over `outcomes`
     for the outcome-level filters: (ctes, their params, where, its params).
 
     The same rows as `where(filters)` over `outcomes_v`, whose run- and cell-level columns are
     the view's (platform, gpu, the five axes, any other axis in `installed`/`versions`), without
-    joining cells and runs to every one of a suite's 400,000 outcomes."""
+    joining cells and runs to every one of a suite's 400,000 outcomes.
+
+    among: a table of every (run, cell) pair of `outcomes` (`run_id`, `cell_id`) that a caller
+    holds already, read as `per` (without its counts) rather than counting every outcome again;
+    only with no outcome-level filter, which it could not apply."""
     outcome = {k: v for k, v in (filters or {}).items() if k in _OUTCOME_FILTERS}
     pair = {k: v for k, v in (filters or {}).items() if k not in _OUTCOME_FILTERS}
+    if among and outcome:
+        raise ValueError(f"admitted_pairs: the pairs of {among} cannot be narrowed by {', '.join(sorted(outcome))}")
     outcome_where, params = where(outcome)
     pair_where, pair_params = where(pair)
+    counted = f"""SELECT run_id, cell_id, count(*) AS outcomes, max(started_at) AS last, max(repeat) AS repeats
+            FROM outcomes{outcome_where} GROUP BY run_id, cell_id"""
     ctes = f"""
         per AS (
-            SELECT run_id, cell_id, count(*) AS outcomes, max(started_at) AS last, max(repeat) AS repeats
-            FROM outcomes{outcome_where} GROUP BY run_id, cell_id
+            {f"SELECT run_id, cell_id FROM {among}" if among else counted}
         ),
         admitted AS (
             SELECT * FROM (

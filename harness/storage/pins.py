@@ -143,14 +143,16 @@ def _mapped(members: Members, pairs: str) -> tuple[str, list[Any]]:
 
 
 def pairs(store: SqlResultsFile, chosen: str, filters: Filters | None = None) -> list[dict[str, Any]]:
-    """One row per (run, cell) pair that `filters` admit and that holds an outcome of a chosen test,
+    """One row per (run, cell) pair that `filters` (of runs and cells: an axis, platform, gpu; a
+    `scenario` is left to `chosen`) admit and that holds an outcome of a chosen test,
     in the order `analysis.rows.by_cell` meets them in the pin's rows (by cell, then test, then run):
     the cell columns of `queries.loud_pin_rows`' rows (and `gpu_count`, the run's, as
     `pinning.with_machines` adds it), `outcomes`, `first` (the smallest chosen test), `earliest`
     and `latest` (when its chosen outcomes started) and `unstarted` (how many have no start time)."""
     host = "h.host_python" if clauses.column_or_null(store, "outcomes_v", "host_python") == "host_python" else "NULL AS host_python"
-    ctes, params, _, _ = clauses.admitted_pairs({k: v for k, v in (filters or {}).items() if k != "scenario"})
     read, numbered = _read(store, chosen)
+    # the pairs numbered with the read are every pair of `outcomes`: admitted among them, not counted again
+    ctes, params, _, _ = clauses.admitted_pairs({k: v for k, v in (filters or {}).items() if k != "scenario"}, among=numbered)
     rows = store.fetch(
         f"""
         WITH {ctes.strip()},
