@@ -397,10 +397,18 @@ def select_edge_axis(axes: Sequence[str], edges: Sequence[tuple[heatmap.Edge, in
         "Changes along this library show as edges",
         axes,
         "m_last",
-        heatmap.busiest_axis((e for e, n in edges for _ in range(n)), axes),
+        heatmap.busiest_of(_by_axis(edges), axes),
         help="The cells are ordered by every library's version, this one varying fastest: a release of it that changes an "
         "outcome sits right beside the release before it. The default is the library most answers are about.",
     )
+
+
+def _by_axis(edges: Sequence[tuple[heatmap.Edge, int]]) -> dict[str, int]:
+    """How many transitions are along each axis: each edge's count added, not the edge repeated that often."""
+    counts: dict[str, int] = {}
+    for edge, n in edges:
+        counts[edge.axis] = counts.get(edge.axis, 0) + n
+    return counts
 
 
 #: Past this many outcomes, answers that `harness attribute` did not store are not computed for the heatmap's marks:

@@ -135,13 +135,16 @@ def varying(columns: Sequence[Column]) -> list[str]:
 
 def busiest_axis(edges: Iterable[Edge], axes: Sequence[str]) -> str:
     """The axis most transitions are along (ties: the later in reading order), else the last axis: the default `last`."""
-    counts: dict[str, int] = defaultdict(int)
-    for e in edges:
-        if e.axis in axes:
-            counts[e.axis] += 1
-    if not counts:
+    return busiest_of(Counter(e.axis for e in edges), axes)
+
+
+def busiest_of(counts: Mapping[str, int], axes: Sequence[str]) -> str:
+    """`busiest_axis` of transitions already counted by axis (the dashboard's edges come grouped, each with
+    how many transitions give it: 78,000 at 2,000,000 outcomes, not made one by one to be counted)."""
+    along = {a: counts[a] for a in axes if counts.get(a)}
+    if not along:
         return axes[-1] if axes else ""
-    return max(axes, key=lambda a: (counts.get(a, 0), axes.index(a)))
+    return max(axes, key=lambda a: (along.get(a, 0), axes.index(a)))
 
 
 def order(columns: Iterable[Column], last: str = "") -> list[Column]:
