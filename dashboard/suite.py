@@ -563,6 +563,8 @@ def _selected(version: common.FileVersion, machine: str, selectors: tuple[str, .
     nothing there: left out, as the CLI does)."""
     frame = _test_listing(version, machine).frame
     chosen, empty, refused = _chosen(version, frame["test"].tolist(), selectors, picked, marker)
+    if not chosen:
+        return Selection("", 0, 0, "", tuple(empty), refused)
     tested = set(frame["test"][frame["cells tested"] > 0].tolist())
     kept = [t for t in chosen if t in tested]
     return Selection(SEP.join(kept), len(kept), len(chosen) - len(kept), grouping.name_many(kept), tuple(empty), refused)
