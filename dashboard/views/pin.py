@@ -114,21 +114,23 @@ def _held(fixed: dict[str, str], gpu: str, machine: str) -> Constraints:
 
 def _pin(
     store: Store, joined: str, held: Constraints, ranking: tuple[str, ...], machine: str | None
-) -> tuple[PinResult, list[str], list[str]]:
-    """`pin_and_never` of the names `joined` holds, and when nothing passes the lines that say why
-    (`describe` names 78,000 tests by where they live: worked out with the pin, not on every rerun).
-    Streamlit hashes one string for the cache key, not a tuple of a suite's 78,000 names one by one
-    (0.7 s of a filter change at 2,000,000 outcomes). A tuple, not a class of this page: the page
-    runs as `__main__`, whose classes the cache cannot pickle."""
+) -> tuple[PinResult | None, list[str], list[str]]:
+    """`pin_and_never` of the names `joined` holds: the result when a set passes; when none does,
+    the lines that say why (`describe`) instead, worked out with the pin rather than on every rerun,
+    and kept without the result (its 78,000 names and 7,000 blockers took 0.04 s to pickle into the
+    cache and as much to read back on every rerun). Streamlit hashes one string for the cache key,
+    not a tuple of a suite's 78,000 names one by one (0.7 s of a filter change at 2,000,000
+    outcomes). A tuple, not a class of this page: the page runs as `__main__`, whose classes the
+    cache cannot pickle."""
     result, never = pin_and_never(store, joined.split(suite.SEP), held, ranking, machine)
-    return result, never, [] if result.found else result.describe()
+    return (result, never, []) if result.found else (None, never, result.describe())
 
 
 held = _held(fixed, "" if gpu == "any" else str(gpu), "" if machine == ANY_MACHINE else str(machine))
 with st.spinner("choosing…"):
     # a suite's chosen tests that never passed on the machine come with the pin, asked of themselves
     result, never, lines = common.query(_pin, joined, held, DEFAULT_RANKING, str(machine) if tests else None)
-if not result.found:
+if result is None:
     chosen = "test" if tests else "scenario"
     st.error(f"No stored version set passes every chosen {chosen} {where.removeprefix('somewhere')}".rstrip() + ".")
     if not tests:
