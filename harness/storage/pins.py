@@ -211,6 +211,7 @@ def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator
     fails) have a row wherever they have an outcome (`bad` says whether they pass). The other chosen
     tests pass wherever they ran: a suite's `-m 'not slow'` at 2,000,000 outcomes keeps 73,000 rows."""
     name = f"harness_pin_loud_{uuid.uuid4().hex[:12]}"
+    passed = Status.PASS.value
     read, numbered = _read(store, chosen)
     ctes, params = _mapped(members, numbered)
     # the history's marks of the chosen tests, by pair and test number
@@ -225,13 +226,15 @@ def loud_table(store: SqlResultsFile, chosen: str, members: Members) -> Iterator
         WITH {ctes}, f AS ({marks}), loud AS ({loud}),
         g AS (
             SELECT mp.cand, s.t, count(*) AS outcomes, bool_or(f.t IS NOT NULL) AS flaky, bool_or(NOT s.ok OR f.t IS NOT NULL) AS bad,
-                   any_value(s.p) AS p, any_value(s.status) AS status, any_value(s.signature) AS signature, any_value(s.message) AS message
+                   any_value(s.p) AS p
             FROM {read} s SEMI JOIN loud USING (t) JOIN mp USING (p) LEFT JOIN f USING (p, t)
             GROUP BY mp.cand, s.t
         )
         SELECT g.cand, ch.test, g.outcomes, g.flaky, g.bad,
-               CASE WHEN g.outcomes = 1 THEN COALESCE(g.status, '{Status.PASS.value}') END AS status, g.signature, g.message, pr.run_id
-        FROM g JOIN {chosen} ch USING (t) JOIN {numbered} pr USING (p)
+               CASE WHEN g.outcomes = 1 THEN COALESCE(one.status, '{passed}') END AS status, one.signature, one.message, pr.run_id
+        FROM g JOIN {chosen} ch ON ch.t = g.t JOIN {numbered} pr ON pr.p = g.p
+        -- the words of a test's one outcome there, joined after the grouping: not carried through it
+        LEFT JOIN {read} one ON g.outcomes = 1 AND one.p = g.p AND one.t = g.t
         WHERE g.bad OR strpos(ch.test, '::') = 0
         """,
         params,
