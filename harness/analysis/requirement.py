@@ -147,6 +147,10 @@ def requirements(transitions: Iterable[Transition | Mapping[str, Any]]) -> list[
     """Every requirement two exact answers of one failure on one machine state, most scenarios first."""
     moves = [t if isinstance(t, Transition) else Transition.from_dict(t) for t in transitions]
     moves = [t for t in moves if t.kind in ("introduced", "fixed")]
+    # only a line that holds an exact answer states one, and a line is one test's: the others' lines
+    # are never read (a suite's 78,000 ranges took 0.16 s of the published page for none)
+    stating = {t.scenario for t in moves if t.exact}
+    moves = [t for t in moves if t.scenario in stating]
     lines: dict[tuple[Any, ...], list[Transition]] = defaultdict(list)
     for t in moves:
         lines[_line(t)].append(t)
