@@ -200,9 +200,7 @@ def candidates_of(
     return [c for c in cells.values() if constraints.admits(c.versions, c.requested)]
 
 
-def _join(
-    cell: Candidate | None, rows: Sequence[Mapping[str, Any]], scenarios: set[str], uncollected: set[str], unclean: set[str]
-) -> bool:
+def _join(cell: Candidate | None, rows: Sequence[Mapping[str, Any]], scenarios: set[str], uncollected: set[str], unclean: set[str]) -> bool:
     """Add one cell's rows of `scenarios` to `cell` (none where the cell has no versions), to
     `unclean` those of them with an outcome that is no pass or that is flaky across runs (not
     `Candidate.clean`), and to `uncollected` the others that kept tests from being collected;
