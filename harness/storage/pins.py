@@ -81,8 +81,6 @@ def identity(store: SqlResultsFile, alias: str = "") -> str:
 
 #: The chosen tables whose tests' outcomes were read (`_read`), on the connection that holds them.
 _READ: set[str] = set()
-#: Joins the chosen names into one parameter: no node id or scenario holds it.
-_SEP = "\x00"
 
 
 @contextmanager
@@ -91,16 +89,10 @@ def chosen_table(store: SqlResultsFile, tests: Sequence[str]) -> Iterator[str]:
     `t`, its place in their order (`min(t)` is the smallest test); call inside `store.reading()`,
     where the table lives on one connection."""
     name = f"harness_pin_chosen_{uuid.uuid4().hex[:12]}"  # one a read: the dashboard's threads share a connection
-    joined = _SEP.join(tests)
-    param: str | list[str]
-    if tests and joined.count(_SEP) == len(tests) - 1:  # no name holds the separator: one string, split in DuckDB
-        names, param = f"string_split(?, chr({ord(_SEP)}))", joined  # 75,000 names as a list parameter: 0.02 s more
-    else:
-        names, param = "?::VARCHAR[]", list(tests)
     store.fetch(
         f"CREATE TEMP TABLE {name} AS SELECT test, (row_number() OVER (ORDER BY test))::INTEGER AS t "
-        f"FROM (SELECT DISTINCT unnest({names}) AS test)",
-        [param],
+        "FROM (SELECT DISTINCT unnest(?::VARCHAR[]) AS test)",
+        [list(tests)],
     )
     try:
         yield name
