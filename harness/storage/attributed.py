@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.storage import clauses
+from harness.storage import cached, clauses
 from harness.storage.resultsfile import SqlResultsFile
 
 _TRANSITION_JSON = ("untested", "inconclusive", "held", "runs")
@@ -78,7 +78,8 @@ def transition_answer_groups(store: SqlResultsFile, scope: str = "") -> list[dic
 
 def answers_current(store: SqlResultsFile) -> bool:
     """Whether the answers `harness attribute` stored for all runs describe every outcome: each
-    was computed after the newest outcome started (a merge that adds outcomes drops them)."""
+    was computed after the newest outcome started (a merge that adds outcomes drops them). Where
+    it stored none (every failure the same in every cell), its stamp says when (`cached.stamp`)."""
     if not store.has_table("transitions"):
         return False
     rows = store.fetch(
@@ -86,4 +87,6 @@ def answers_current(store: SqlResultsFile) -> bool:
         "(SELECT count(*) FROM transitions WHERE scope = '') AS stored, (SELECT max(started_at) FROM outcomes) AS newest"
     )
     computed, stored, newest = rows[0]["computed"], rows[0]["stored"], rows[0]["newest"]
-    return bool(stored) and computed is not None and (newest is None or computed >= newest)
+    if not stored:
+        computed = cached.stamped(store, "")
+    return computed is not None and (newest is None or computed >= newest)

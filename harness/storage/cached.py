@@ -42,6 +42,21 @@ def state_key(store: SqlResultsFile) -> str:
     return ";".join(f"{table}:{summary}" for table, summary in parts.items())
 
 
+def holds(store: SqlResultsFile, name: str) -> bool:
+    """Whether the file keeps anything under `name`, whatever its key: asked before hashing every outcome for one (0.2 s)."""
+    with store.reading():
+        return store.has_table(TABLE) and bool(store.fetch(f"SELECT 1 AS kept FROM {TABLE} WHERE name = ? LIMIT 1", [name]))
+
+
+def stamped(store: SqlResultsFile, scope: str) -> datetime | None:
+    """When every answer of `scope` was last computed (`stamp`), or None."""
+    with store.reading():
+        if not store.has_table(TABLE):
+            return None
+        rows = store.fetch(f"SELECT computed_at FROM {TABLE} WHERE name = ?", [ATTRIBUTED + scope])
+    return rows[0]["computed_at"] if rows else None
+
+
 def read(store: SqlResultsFile, name: str, key: str) -> str | None:
     """The payload kept under `name` if it was computed from the state `key` names; else None."""
     with store.reading():
@@ -57,7 +72,25 @@ def write(store: SqlResultsFile, name: str, key: str, payload: str) -> None:
         _write_on(con, name, key, payload)
 
 
-def _write_on(con: duckdb.DuckDBPyConnection, name: str, key: str, payload: str) -> None:
+#: The name of the stamp `harness attribute` leaves for the answers of a scope (`stamp`): `attributed:` + the scope.
+ATTRIBUTED = "attributed:"
+
+
+def stamp(con: duckdb.DuckDBPyConnection, scope: str, computed_at: datetime, answers: int) -> None:
+    """Note (in a writer's transaction) that every answer of `scope` was computed at `computed_at`:
+    `attributed.answers_current` reads it where no answer was stored (every failure the same in
+    every cell), which the answers' own `computed_at` cannot say."""
+    _write_on(con, ATTRIBUTED + scope, computed_at.isoformat(sep=" "), str(answers), computed_at)
+
+
+def drop_stamps(con: duckdb.DuckDBPyConnection) -> None:
+    """Forget every scope's stamp: the answers went with outcomes added (`Store.merge`)."""
+    kept = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [TABLE]).fetchone()
+    if kept and kept[0]:
+        con.execute(f"DELETE FROM {TABLE} WHERE starts_with(name, ?)", [ATTRIBUTED])
+
+
+def _write_on(con: duckdb.DuckDBPyConnection, name: str, key: str, payload: str, at: datetime | None = None) -> None:
     con.execute(_SCHEMA)
     con.execute(f"DELETE FROM {TABLE} WHERE name = ?", [name])
-    con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?)", [name, key, payload, datetime.now(UTC).replace(tzinfo=None)])
+    con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?)", [name, key, payload, at or datetime.now(UTC).replace(tzinfo=None)])

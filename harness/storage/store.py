@@ -41,7 +41,7 @@ import duckdb
 from harness.analysis.outcome import CellRecord, Collection, Outcome
 from harness.analysis.status import NOT_COLLECTED
 from harness.errors import StoreError
-from harness.storage import queries, store_rows
+from harness.storage import cached, queries, store_rows
 from harness.storage.store_file import DbFile, is_lock_error, store_error, within_memory
 from harness.storage.store_reading import open_snapshot
 from harness.storage.store_schema import (
@@ -386,4 +386,5 @@ def _dropping_answers(con: duckdb.DuckDBPyConnection, added: int) -> int:
     """`added`, after deleting the stored answers if it is more than none."""
     if added:
         con.execute("DELETE FROM transitions")
+        cached.drop_stamps(con)
     return added

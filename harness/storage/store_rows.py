@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import numpy
 
-from harness.storage import collections
+from harness.storage import cached, collections
 from harness.storage.history import settle
 from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_COLUMNS, RUN_COLUMNS, now
 
@@ -307,6 +307,8 @@ def replace_transitions(
         if count:
             con.register(name, batch)
             con.execute(insert, [scope, stamp.isoformat(sep=" ")])
+        if not scenarios:  # every answer of the scope, none among them perhaps: said by a stamp, not by a row
+            cached.stamp(con, scope, stamp, count)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -54,7 +54,7 @@ def _kept(store: Any) -> tuple[tuple[SupportTable, ...], str] | None:
         return None
     from harness.storage import cached  # DuckDB: only where a results file is read
 
-    if not store.has_table(cached.TABLE):  # none kept: no need to hash every outcome for the key (0.2 s)
+    if not cached.holds(store, SUPPORT):  # none kept: no need to hash every outcome for the key (0.2 s)
         return None
     kept = cached.read(store, SUPPORT, cached.state_key(store))
     return tables_from_json(kept) if kept is not None else None

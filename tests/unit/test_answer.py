@@ -139,6 +139,44 @@ def test_a_merge_that_adds_outcomes_drops_the_stored_answers(tmp_path: Path) -> 
         assert attributed.answers_current(store)
 
 
+def test_answers_attribute_found_none_of_are_current_until_an_outcome_comes_after(tmp_path: Path) -> None:
+    # Every failure the same in every cell: attribute stores no answer, and says when by a stamp.
+    # Without it the Failures and Support pages took "none stored" for "not current" and read
+    # every loud row again on each first render.
+    with Store(tmp_path / "r.duckdb") as store:
+        host = {"platform": "linux-x86_64", "gpu": "cpu"}
+        store.ensure_run("r", "m.toml", "", {"python": "3.11"}, "0", host)
+        for acc in ("1.10.0", "1.12.0"):
+            versions = {"torch": "2.13.0", "transformers": "5.6.2", "accelerate": acc}
+            store.record_cell(CellRecord("r", f"acc{acc}", "3.11", versions, [], versions, {}, {}, "ready", "", 1.0, False))
+            store.add_outcome(Outcome("r", f"acc{acc}", "load", 0, Status.ERROR, signature=SIG, started_at="2026-01-01T00:00:00"))
+        assert not attributed.answers_current(store)  # nothing attributed yet
+        found = answer(store)
+        assert found.to_rows("") == []
+        store.replace_transitions(found.to_rows(""), scope="")
+        assert attributed.answers_current(store) and failure_answers(store).stored
+        store.replace_transitions([], scope="r")  # another scope's answers say nothing of all runs'
+        assert attributed.answers_current(store)
+        later = datetime.now(UTC).replace(tzinfo=None).isoformat()
+        store.add_outcome(Outcome("r", "acc1.10.0", "other", 0, Status.PASS, started_at=later))
+        assert not attributed.answers_current(store) and not failure_answers(store).stored
+
+
+def test_a_merge_that_adds_outcomes_drops_the_stamp_of_no_answers(tmp_path: Path) -> None:
+    with ShardStore(tmp_path / "shard.jsonl") as shard:
+        shard.ensure_run("r", "m.toml", "", {"python": "3.11"}, "0", {"platform": "linux-x86_64", "gpu": "cpu"})
+        shard.add_outcome(Outcome("r", "c", "other", 0, Status.PASS, started_at="2025-01-01T00:00:00"))
+    from harness.storage.shardfile import read_records
+
+    with Store(tmp_path / "r.duckdb") as store:
+        store.ensure_run("r", "m.toml", "", {"python": "3.11"}, "0", {"platform": "linux-x86_64", "gpu": "cpu"})
+        store.add_outcome(Outcome("r", "c", "load", 0, Status.PASS, started_at="2025-01-01T00:00:00"))
+        store.replace_transitions([], scope="")
+        assert attributed.answers_current(store)
+        assert store.merge_records(read_records(tmp_path / "shard.jsonl")) == 1  # older than the stamp, and new
+        assert not attributed.answers_current(store)
+
+
 def test_no_face_attributes_by_itself() -> None:
     # `attribute(` is called by the answer alone: no call site can leave the unlisted axes out.
     callers = []

@@ -167,3 +167,17 @@ def test_only_the_exact_stored_answers_are_read_where_asked(shipped: Path) -> No
         store.replace_transitions([exact, *ranges], scope="x")
         assert [r["scenario"] for r in attributed.transitions(store, "x")] == ["a", "b", "c"]
         assert [r["scenario"] for r in attributed.transitions(store, "x", exact=True)] == ["a"]
+
+
+def test_a_stamp_alone_keeps_no_table_and_costs_no_state_key(shipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `harness attribute` stamps its answers in table `cached`; a reader must not take that table
+    # for kept Support tables and hash every outcome for a key (0.2 s at 2,000,000 outcomes).
+    with Store(shipped) as store:
+        store.replace_transitions(answer(store).to_rows(""), scope="")
+        assert cached.stamped(store, "") is not None and not cached.holds(store, publish.SUPPORT)
+
+        def hashed(_store: object) -> str:
+            raise AssertionError("state_key read with no table kept")
+
+        monkeypatch.setattr(cached, "state_key", hashed)
+        assert publish.kept_support(store) is None
