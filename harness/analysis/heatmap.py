@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from harness.analysis.attribution import Transition
@@ -385,14 +387,41 @@ def from_rows(
     for row in outcomes:
         cell = str(row["cell_id"])
         if cell not in versions:
-            points = cell_facts(row).points
-            versions[cell] = tuple((a, points[a].value) for a in axis_sort(points))
+            versions[cell] = _versions_of(row)
         name = str(row["scenario"])
         if name == STAND_IN:
             for held, n in quiet_rows.items():
                 counts[(cell, held)][Status.PASS.value] += n
             continue
         counts[(cell, group(name) if group else name)][str(row["status"])] += 1
+    return _worded(counts, versions)
+
+
+def from_counts(
+    counted: Iterable[tuple[Any, Any, Any, int]], outcomes: Iterable[Mapping[str, Any]]
+) -> tuple[list[str], list[Column], dict[tuple[str, str], str]]:
+    """`from_rows`' answer from (cell id, row, status, outcomes) counted in DuckDB
+    (`queries.heat_counts_aside`); `outcomes`: the rows the answers read, in their order, for each
+    cell's versions (its first row's) and the columns' order (the cells' first rows')."""
+    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for cell, name, status, n in counted:
+        counts[(str(cell), str(name))][str(status)] += n
+    # the rows come by cell: the first of each is where its id changes (grouped in C, not looked at one by one)
+    versions: dict[str, tuple[tuple[str, str], ...]] = {}
+    for cell, rows in groupby(outcomes, key=itemgetter("cell_id")):
+        if str(cell) not in versions:  # its first rows only, were they ever apart
+            versions[str(cell)] = _versions_of(next(rows))
+    return _worded(counts, versions)
+
+
+def _versions_of(row: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    points = cell_facts(row).points
+    return tuple((a, points[a].value) for a in axis_sort(points))
+
+
+def _worded(
+    counts: Mapping[tuple[str, str], Counter[str]], versions: Mapping[str, tuple[tuple[str, str], ...]]
+) -> tuple[list[str], list[Column], dict[tuple[str, str], str]]:
     # by cell, then by row: the same order whether a stand-in held the quiet tests or not
     column = {cell: k for k, cell in enumerate(versions)}
     words = {key: fold(counts[key]) for key in sorted(counts, key=lambda k: (column[k[0]], k[1]))}

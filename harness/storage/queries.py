@@ -17,8 +17,9 @@ import gc
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.rows import as_tests
@@ -71,6 +72,22 @@ def loud_rows(store: SqlResultsFile, run_id: str | None = None) -> tuple[list[di
     mostly pass, Python reads the tests that say something: 255,000 rows of 2,000,000, not every one."""
     with store.reading():  # the quiet tests' temporary tables live on one connection
         return _outcome_rows(store, run_id, quiet_as_one=True)
+
+
+def heat_counts_aside(store: SqlResultsFile, *, by_file: bool) -> Future[list[tuple[Any, ...]]]:
+    """The heatmap's counts of the current state, read in a thread while the caller goes on
+    (`Store.fetch_aside`): (cell, row, status, outcomes), a row being a test's identity (with
+    `by_file`, its test file: the part before its first `::`), every run and repeat pooled;
+    `heatmap.from_counts` words them as `heatmap.from_rows` words the rows the answers read."""
+    identity = _identity(store)
+    row = f"split_part({identity}, '::', 1)" if by_file else identity
+    sql = f"SELECT cell_id, {row} AS row, status, count(*) AS outcomes FROM outcomes GROUP BY ALL"
+    aside = getattr(store, "fetch_aside", None)
+    if aside is None:  # a results file without a thread of its own to read in: at once
+        done: Future[list[tuple[Any, ...]]] = Future()
+        done.set_result(list(store.fetch_tuples(sql)))
+        return done
+    return cast("Future[list[tuple[Any, ...]]]", aside(sql))
 
 
 #: The quiet tests (`analysis.quiet.quiet_of` in SQL): every outcome passed, one outcome in each
