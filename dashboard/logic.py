@@ -181,7 +181,25 @@ def chart_selection(event: Any) -> Mapping[str, Any] | None:
 
 def heat_spec(heat: Heat, edges: Sequence[heatmap.Edge], last: str) -> dict[str, Any]:
     """The Matrix page's heatmap: every scenario × every column, ordered with `last` varying fastest."""
-    return heatmap.layout(list(heat.scenarios), heat.columns, heat.words, edges, last, width=HEAT_WIDTH)
+    return lighter(heatmap.layout(list(heat.scenarios), heat.columns, heat.words, edges, last, width=HEAT_WIDTH))
+
+
+def lighter(spec: dict[str, Any]) -> dict[str, Any]:
+    """`heatmap.spec` as the dashboard sends it: each axis strip without its text layer that has nothing
+    to write (`t`, the versions written across their runs, or `r`, written up them: a strip usually
+    needs one of the two). The same picture, in fewer marks for Vega to build in a new tab; the squares,
+    the ticks and the triangles (and their clicks) are untouched. `harness publish` draws the spec whole."""
+    strips = spec.get("datasets", {}).get("strips", [])
+    views = []
+    for view in spec.get("vconcat", []):
+        axis = next((t["filter"].get("equal") for t in view.get("transform", []) if isinstance(t.get("filter"), dict)), None)
+        if view.get("data", {}).get("name") != "strips" or axis is None:
+            views.append(view)
+            continue
+        written = {f for d in strips if d["a"] == axis for f in ("t", "r") if d[f]}
+        layers = [layer for layer in view["layer"] if layer["encoding"].get("text", {}).get("field", "") in ("", *written)]
+        views.append({**view, "layer": layers})
+    return {**spec, "vconcat": views}
 
 
 # -- failures --------------------------------------------------------------------------------

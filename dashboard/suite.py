@@ -91,8 +91,7 @@ def _grid(
     per file version and choice: a rerun (a click, another tab) draws it without rebuilding it. Its
     rows are read uncached (`common.read`): this cache holds the grid, and a second copy of 20,000
     rows (1,000 files × 20 cells) cost a pickle on every miss."""
-    cells = common.query(pages.grid_cells, chosen)
-    columns = grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
+    columns = _columns(chosen, by_gpu)
     if level == "test":
         scope = {"group": group} if group else ({"file": file} if file else {})
         found = common.read(suites.test_counts, chosen, search, within=scope, failing_only=failing, by_gpu=by_gpu, limit=LIMIT)
@@ -104,6 +103,12 @@ def _grid(
         grid = grouping.build_grid(rows, columns, within=file if level == "group" else "")
         matched = int(grid.frame["tests"].sum())
     return Drawn(grid, matched, _FIRST[level])
+
+
+def _columns(chosen: dict[str, list[str]], by_gpu: bool) -> list[grouping.Column]:
+    """The grid's columns: one per cell the filters admit (and GPU, `by_gpu`), from a cheap cached read."""
+    cells = common.query(pages.grid_cells, chosen)
+    return grouping.columns(cells, {c["cell_id"]: c["gpus"] for c in cells} if by_gpu else None)
 
 
 def _draw_grid(drawn: Drawn, key: str) -> Any:
@@ -155,27 +160,33 @@ def _fold(
     return Drawn(folded.grid, _top.matched, "file"), folded.folded
 
 
-def _heatmap(files: grouping.Grid, edges: Sequence[tuple[heatmap.Edge, int]]) -> None:
+def _edge_axis(columns: Sequence[grouping.Column], edges: Sequence[tuple[heatmap.Edge, int]]) -> str:
+    """The heatmap's select of the library that varies fastest: the busiest over every file, shown or folded."""
+    heat_columns = [_heat_column(c) for c in columns]
+    return common.select_edge_axis(heatmap.varying(heat_columns), logic.edges_within(edges, {c.cell_id for c in heat_columns}))
+
+
+_HEAT_CAPTION = (
+    "Every test file × every cell: a square's colour is the worst status among the file's tests there (hover for the counts); "
+    "a tick on an edge is a release that attribution found changed tests of that file. Click a square to open the cell, a "
+    "tick to open the failure; the tables below go down to classes and tests."
+)
+
+
+def _heatmap(files: grouping.Grid, edges: Sequence[tuple[heatmap.Edge, int]], last: str) -> None:
     """Every test file × every cell at once (`harness.analysis.heatmap`, as for scenarios): a click opens the cell.
     `files` may hold lines of folded files (`grouping.fold`): the marks are drawn for the rows shown only.
-    `edges`: `common.edges_if_cheap` by file."""
+    `edges`: `common.edges_if_cheap` by file; `last`: the library that varies fastest (`_edge_axis`)."""
     columns = [_heat_column(c) for c in files.columns]
     weighted = logic.edges_within(edges, {c.cell_id for c in columns})
     rows = set(files.frame["name"])
     shown = [e for e, _ in weighted if e.row in rows]
-    axes = heatmap.varying(columns)
-    last = common.select_edge_axis(axes, weighted)  # the busiest library over every file, shown or folded
     words = {
         (column.key, str(name)): word
         for label, column in zip(files.labels, columns)
         for name, word in zip(files.frame["name"], files.frame[label])
     }
-    spec = heatmap.layout(list(files.frame["name"]), columns, words, shown, last, width=logic.HEAT_WIDTH)
-    st.caption(
-        "Every test file × every cell: a square's colour is the worst status among the file's tests there (hover for the counts); "
-        "a tick on an edge is a release that attribution found changed tests of that file. Click a square to open the cell, a "
-        "tick to open the failure; the tables below go down to classes and tests."
-    )
+    spec = logic.lighter(heatmap.layout(list(files.frame["name"]), columns, words, shown, last, width=logic.HEAT_WIDTH))
     event = st.vega_lite_chart(spec, key="suite_heatmap", on_select="rerun", selection_mode=[heatmap.PICK, heatmap.EDGE])
     cell_id, _, signature = heatmap.picked(logic.chart_selection(event))
     if signature:
@@ -184,35 +195,70 @@ def _heatmap(files: grouping.Grid, edges: Sequence[tuple[heatmap.Edge, int]]) ->
         common.open_cell(cell_id)
 
 
+def file_options(files: Sequence[str], drawn: Sequence[str], chosen: str) -> list[str]:
+    """The File box's files: those drawn one row each (`drawn`: the grid's rows, lines of folded files
+    included, which are no file) and the one chosen, when it is among `files`; every file when nothing
+    is folded. Not 1,000 names sent to the browser on every run: *show every file* lists them all,
+    and the search narrows the files to those holding a matching test."""
+    if not any(grouping.is_folded(n) for n in drawn):
+        return list(files)
+    listed = [n for n in drawn if not grouping.is_folded(n)]
+    if chosen and chosen not in listed and chosen in set(files):
+        listed = sorted([*listed, chosen])
+    return listed
+
+
 def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
-    """The Matrix page for a test suite: files, then a file's classes, then a class's tests, × cells."""
+    """The Matrix page for a test suite: files, then a file's classes, then a class's tests, × cells.
+
+    Its parts are drawn into places kept for them in reading order (`st.container`, the same on
+    every run: nothing is mounted again on a rerun), not in that order. Unless a search or *only
+    failing* may leave nothing to draw, what needs no tally (the colour legend, the heatmap's
+    caption, the columns' legend) comes first: the browser draws it while DuckDB tallies the files
+    (0.5 s of a first render at 2,000,000 outcomes, the browser idle meanwhile). The table comes
+    before the heatmap: its rows are in while the heatmap is drawn (a grid shows its rows 200 ms
+    after it was last drawn)."""
     pending = st.session_state.pop(PENDING, None)
     if pending:
         st.session_state.update(pending)  # before the selectboxes exist: a widget's value may not change after
     search, failing = search_controls()
     version, chosen = common.version(), dict(chosen)
+    columns = _columns(chosen, by_gpu)
+    head, legend, fold_box, axis, chart, below, choose, said, table = (st.container() for _ in range(9))
+    early = bool(columns) and not search and not failing  # some file is drawn: the cells hold outcomes
+
+    def unwaited() -> None:
+        """What needs no tally nor edge, drawn in its places."""
+        style = "padding:1px 6px;border-radius:3px;margin-right:4px"
+        legend.markdown(" ".join(f"<span style='{logic.colour_of(s)};{style}'>{s}</span>" for s in logic.COLOURS), unsafe_allow_html=True)
+        chart.caption(_HEAT_CAPTION)  # the heatmap comes under it
+        with below:
+            _legend(columns)
+
+    if early:
+        unwaited()
     top = _grid(version, "file", chosen, search, failing, by_gpu)
-    files, columns = top.grid, top.grid.columns
+    files = top.grid
     if files.empty:
-        st.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
+        head.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
         return
+    if not early:
+        unwaited()
+    edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
+    with axis:
+        last = _edge_axis(columns, edges)
     totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
     matched = f" matching `{search}`" if search else ""
     share = grouping.failing_share(files.totals)
-    st.markdown(
+    head.markdown(
         f"**{top.matched:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
         + (f"; {share}" if share else ""),
         help="A test's repeats and runs in one cell count once, by their worst status.",
     )
-    legend = " ".join(
-        f"<span style='{logic.colour_of(s)};padding:1px 6px;border-radius:3px;margin-right:4px'>{s}</span>" for s in logic.COLOURS
-    )
-    st.markdown(legend, unsafe_allow_html=True)
-    edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
     drawn_files, folded = top, dict[str, list[str]]()
     if len(files.frame) > grouping.FOLD_PAST:
         common.keep("m_every_file", False)
-        every = st.toggle(
+        every = fold_box.toggle(
             f"show every file ({len(files.frame):,})",
             key="m_every_file",
             help=f"Past {grouping.FOLD_PAST} files the heatmap and the table draw the files that say the most and fold the "
@@ -223,22 +269,23 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
             drawn_files, folded = _fold(version, chosen, search, failing, by_gpu, top, edges)
     if folded:
         shown_files = len(drawn_files.grid.frame) - len(folded)
-        st.caption(
+        fold_box.caption(
             f"{shown_files:,} of {len(files.frame):,} file(s) drawn one row each: those whose outcome changes between cells "
             "(or with a mark), then those that fail the same way everywhere, most failures first. "
             + "; ".join(f"**{line.removeprefix('… ')}**" for line in folded)
             + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
-            "colour is). The File box below lists every file; the search finds any test."
+            "colour is). The File box below lists the files drawn (*show every file* lists them all); the search finds any test."
         )
-    _heatmap(drawn_files.grid, edges)
-    _legend(columns)
 
-    names = list(files.frame["name"])
+    every_name = list(files.frame["name"])
     common.keep("m_file", "")
+    names = file_options(every_name, list(drawn_files.grid.frame["name"]), st.session_state["m_file"])
     if st.session_state["m_file"] not in names:
         st.session_state["m_file"] = ""
-    left, middle, right = st.columns([3, 3, 1], vertical_alignment="bottom")
-    file = left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(names)})")
+    left, middle, right = choose.columns([3, 3, 1], vertical_alignment="bottom")
+    listed: str | None = f"the {len(names)} file(s) drawn above; *show every file* lists all {len(every_name):,}"
+    listed = None if len(names) == len(every_name) else listed
+    file = left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(every_name):,})", help=listed)
     common.remember("m_file")
     group = ""
     groups = None
@@ -260,23 +307,26 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     if group or flat:
         drawn, level = _grid(version, "test", chosen, search, failing, by_gpu, file, group), "test"
         shown = f"the first {LIMIT} of " if drawn.matched > LIMIT else ""
-        st.caption(
+        said.caption(
             f"{shown}{drawn.matched:,} test(s){matched}"
             + (f" in {group or file}" if group or file else "")
             + "; select a square to open that cell at that test."
         )
     elif file and groups is not None:
         drawn, level = groups, "group"
-        st.caption(f"{len(groups.grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
+        said.caption(f"{len(groups.grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
     else:
         drawn, level = drawn_files, "file"
-        st.caption(
+        said.caption(
             "One row per test file; select a row to see its classes and functions"
             + ("; select a line of folded files to draw every file." if folded else ".")
         )
     grid = drawn.grid
     key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
-    event = _draw_grid(drawn, key=key)
+    with table:
+        event = _draw_grid(drawn, key=key)
+    with chart:  # after the table, above it: a click on the heatmap is still answered first
+        _heatmap(drawn_files.grid, edges, last)
     picked = grouping.selected(grid, event.selection)
     if not picked:
         return

@@ -95,6 +95,21 @@ def test_up_to_the_limit_nothing_is_folded() -> None:
     assert list(grouping.fold(grid(files), limit=1).grid.frame["name"]) == ["b.py", "… 1 file(s) pass in every cell"]
 
 
+@pytest.mark.parametrize(
+    ("drawn", "chosen", "listed"),
+    [
+        (["a.py", "b.py", "c.py"], "", ["a.py", "b.py", "c.py"]),  # nothing folded: every file
+        (["b.py", "… 2 file(s) pass in every cell"], "", ["b.py"]),  # the files drawn, never a line
+        (["b.py", "… 2 file(s) pass in every cell"], "c.py", ["b.py", "c.py"]),  # and the one chosen, in name order
+        (["b.py", "… 2 file(s) pass in every cell"], "gone.py", ["b.py"]),  # a choice no longer in the file is not offered
+    ],
+)
+def test_the_file_box_lists_the_files_drawn_and_the_one_chosen(drawn: list[str], chosen: str, listed: list[str]) -> None:
+    from dashboard import suite
+
+    assert suite.file_options(["a.py", "b.py", "c.py"], drawn, chosen) == listed
+
+
 @pytest.mark.parametrize("word", ["", "pass 40", "crash 2 · error 1 · pass 5", "pass 1 · not_applicable 1 · xfail 1"])
 def test_a_word_says_its_counts_back(word: str) -> None:
     assert grouping.group_word(grouping.word_counts(word)) == word
@@ -113,12 +128,19 @@ def test_the_matrix_folds_past_the_limit_and_a_click_on_the_line_shows_every_fil
     assert list(at.dataframe[0].value["tests"]) == [5, 3]
     assert "**8** test(s) in **2** file(s)" in texts(at)  # the counts count every file
     assert "1 of 2 file(s) drawn one row each" in texts(at)
-    assert at.selectbox(key="m_file").options == ["every file (2)", "tests/test_a.py", "tests/test_b.py"]  # every file to choose from
+    assert at.selectbox(key="m_file").options == ["every file (2)", "tests/test_a.py"]  # the files drawn, not the line
     at.session_state["suite_grid:file:::False:folded"] = {"selection": {"rows": [], "columns": [], "cells": [[1, "A"]]}}
     at.run()
     assert at.toggle(key="m_every_file").value is True
     assert list(at.dataframe[0].value["shown"]) == ["tests/test_a.py", "tests/test_b.py"]
     assert at.selectbox(key="m_file").value == ""  # the click on the line chose no file
+    assert at.selectbox(key="m_file").options == ["every file (2)", "tests/test_a.py", "tests/test_b.py"]  # every file drawn: every file
+    at.selectbox(key="m_file").set_value("tests/test_b.py").run()
+    at.toggle(key="m_every_file").set_value(False).run()
+    # folded again, the file chosen is still offered and still chosen (its classes are listed)
+    assert at.selectbox(key="m_file").options == ["every file (2)", "tests/test_a.py", "tests/test_b.py"]
+    assert at.selectbox(key="m_file").value == "tests/test_b.py"
+    at.selectbox(key="m_file").set_value("").run()
     at.toggle(key="m_every_file").set_value(False).run()
     assert list(at.dataframe[0].value["shown"]) == ["tests/test_a.py", "… 1 file(s) pass in every cell"]
     at.text_input(key="f_search").set_value("test_known").run()  # the search finds a file folded away
