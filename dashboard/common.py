@@ -177,9 +177,39 @@ def _call(version: FileVersion, read: Callable[..., Any], args: tuple[Any, ...],
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cached(version: FileVersion, name: str, _read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # `name` keys the cache; `_read` (not hashed: a leading underscore) is the function itself.
+def _cached(
+    version: FileVersion, name: str, _read: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], _aside: bool = False
+) -> Any:
+    # `name` keys the cache; `_read` and `_aside` (not hashed: a leading underscore) are the function
+    # itself and whether it reads on a connection of its own (`query_aside`).
+    if _aside:
+        with Store(version[0], read_only=True, lock_wait=LOCK_WAIT) as store, store.reading():
+            return _read(store, *args, **kwargs)
     return _call(version, _read, args, kwargs)
+
+
+def query_aside(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> None:
+    """Start `query(read, *args, **kwargs)` now, in a thread, on a connection of its own: a `query` of
+    the same read later in the run finds it cached, or waits for it (Streamlit computes a cached
+    value once). DuckDB lets go of the GIL while it works, so the read goes on beside the page's own
+    reads (its connection takes one at a time) and costs the script no time of its own: the Matrix's
+    banner counts (`queries.overview`, a scan of every node id) are read while the files are tallied,
+    and the script ends when the page is drawn, not a scan later. An error is left for that later
+    `query`, which reads again and says why."""
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+    name = f"{read.__module__}.{read.__qualname__}"
+    version = file_version(db_path())
+
+    def run() -> None:
+        try:
+            _cached(version, name, read, args, kwargs, _aside=True)
+        except Exception:  # the page's own `query` of it reads again and reports it
+            pass
+
+    thread = threading.Thread(target=run, name=f"query_aside {name}", daemon=True)
+    add_script_run_ctx(thread, get_script_run_ctx())  # st.cache_data asks for the session's context
+    thread.start()
 
 
 def query(read: Read[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -213,8 +243,9 @@ def data_banner_later() -> Callable[[], dict[str, Any]]:
     """`data_banner` in two steps. Now: the checks that stop the page (the file cannot be read, or
     holds no outcomes: a count DuckDB keeps, no scan), the banner's line with its counts still to
     come, and the sweeps' progress. Then the returned `fill`, called when the page has drawn what it
-    needs, reads the counts (`queries.overview`: at 2,000,000 outcomes its count of node ids scans
-    every one, 0.1-0.4 s) into the same line while the browser draws the page. Returns the overview."""
+    needs, writes the counts (`queries.overview`: at 2,000,000 outcomes its count of node ids scans
+    every one, 0.1-0.4 s) into the same line; they are read meanwhile, on a connection of their own
+    (`query_aside`), while the page's reads go on and the browser draws. Returns the overview."""
     path = db_path()
     # First, and always: a page that stops below (no outcomes yet) still notices a sweep that
     # starts writing later. On a file no one writes, it is a stat every REFRESH_SECONDS.
@@ -239,6 +270,8 @@ def data_banner_later() -> Callable[[], dict[str, Any]]:
         )
         return dict(overview)
 
+    if outcomes:
+        query_aside(queries.overview)  # `fill` finds it read, or waits for it
     for writer in writers:
         _progress(writer)
     if outcomes == 0:

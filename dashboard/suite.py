@@ -216,8 +216,9 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     failing* may leave nothing to draw, what needs no tally (the colour legend, the heatmap's
     caption, the columns' legend) comes first: the browser draws it while DuckDB tallies the files
     (0.5 s of a first render at 2,000,000 outcomes, the browser idle meanwhile). The table comes
-    before the heatmap: its rows are in while the heatmap is drawn (a grid shows its rows 200 ms
-    after it was last drawn)."""
+    next, from the choices as they stand (the File box, *show every file*, ...), then their widgets
+    and the rest, the heatmap last: the table's rows are in while the heatmap is drawn (a grid shows
+    its rows 200 ms after it was last drawn)."""
     pending = st.session_state.pop(PENDING, None)
     if pending:
         st.session_state.update(pending)  # before the selectboxes exist: a widget's value may not change after
@@ -242,11 +243,43 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     if files.empty:
         head.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
         return
+    edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
+
+    # The table first, from the choices as they stand (their widgets are drawn below, after it, with the same values).
+    folds = len(files.frame) > grouping.FOLD_PAST
+    drawn_files, folded = top, dict[str, list[str]]()
+    if folds:
+        common.keep("m_every_file", False)
+        if not st.session_state["m_every_file"]:
+            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu, top, edges)
+    every_name = list(files.frame["name"])
+    common.keep("m_file", "")
+    names = file_options(every_name, list(drawn_files.grid.frame["name"]), st.session_state["m_file"])
+    if st.session_state["m_file"] not in names:
+        st.session_state["m_file"] = ""
+    file = str(st.session_state["m_file"])
+    group, groups, options = "", None, list[str]()
+    if file:
+        groups = _grid(version, "group", chosen, search, failing, by_gpu, file)
+        options = list(groups.grid.frame["name"])
+        common.keep("m_group", "")
+        if st.session_state["m_group"] not in options:
+            st.session_state["m_group"] = ""
+        group = str(st.session_state["m_group"])
+    flat = bool(st.session_state.get("m_flat", False))
+    if group or flat:
+        drawn, level = _grid(version, "test", chosen, search, failing, by_gpu, file, group), "test"
+    elif file and groups is not None:
+        drawn, level = groups, "group"
+    else:
+        drawn, level = drawn_files, "file"
+    grid = drawn.grid
+    key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
+    with table:
+        event = _draw_grid(drawn, key=key)
+
     if not early:
         unwaited()
-    edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
-    with axis:
-        last = _edge_axis(columns, edges)
     totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
     matched = f" matching `{search}`" if search else ""
     share = grouping.failing_share(files.totals)
@@ -255,18 +288,14 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
         + (f"; {share}" if share else ""),
         help="A test's repeats and runs in one cell count once, by their worst status.",
     )
-    drawn_files, folded = top, dict[str, list[str]]()
-    if len(files.frame) > grouping.FOLD_PAST:
-        common.keep("m_every_file", False)
-        every = fold_box.toggle(
+    if folds:
+        fold_box.toggle(
             f"show every file ({len(files.frame):,})",
             key="m_every_file",
             help=f"Past {grouping.FOLD_PAST} files the heatmap and the table draw the files that say the most and fold the "
             "others into a line or two; this draws one row per file (seconds for the browser at 1,000 files).",
         )
         common.remember("m_every_file")
-        if not every:
-            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu, top, edges)
     if folded:
         shown_files = len(drawn_files.grid.frame) - len(folded)
         fold_box.caption(
@@ -276,55 +305,36 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
             + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
             "colour is). The File box below lists the files drawn (*show every file* lists them all); the search finds any test."
         )
-
-    every_name = list(files.frame["name"])
-    common.keep("m_file", "")
-    names = file_options(every_name, list(drawn_files.grid.frame["name"]), st.session_state["m_file"])
-    if st.session_state["m_file"] not in names:
-        st.session_state["m_file"] = ""
+    with axis:
+        last = _edge_axis(columns, edges)
     left, middle, right = choose.columns([3, 3, 1], vertical_alignment="bottom")
     listed: str | None = f"the {len(names)} file(s) drawn above; *show every file* lists all {len(every_name):,}"
     listed = None if len(names) == len(every_name) else listed
-    file = left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(every_name):,})", help=listed)
+    left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(every_name):,})", help=listed)
     common.remember("m_file")
-    group = ""
-    groups = None
     if file:
-        groups = _grid(version, "group", chosen, search, failing, by_gpu, file)
-        options = list(groups.grid.frame["name"])
-        common.keep("m_group", "")
-        if st.session_state["m_group"] not in options:
-            st.session_state["m_group"] = ""
-        group = middle.selectbox(
+        middle.selectbox(
             "Class or function",
             ["", *options],
             key="m_group",
             format_func=lambda g: grouping.short_name(g, file) if g else f"every class ({len(options)} groups)",
         )
         common.remember("m_group")
-    flat = right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
-
-    if group or flat:
-        drawn, level = _grid(version, "test", chosen, search, failing, by_gpu, file, group), "test"
+    right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
+    if level == "test":
         shown = f"the first {LIMIT} of " if drawn.matched > LIMIT else ""
         said.caption(
             f"{shown}{drawn.matched:,} test(s){matched}"
             + (f" in {group or file}" if group or file else "")
             + "; select a square to open that cell at that test."
         )
-    elif file and groups is not None:
-        drawn, level = groups, "group"
-        said.caption(f"{len(groups.grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
+    elif level == "group":
+        said.caption(f"{len(grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
     else:
-        drawn, level = drawn_files, "file"
         said.caption(
             "One row per test file; select a row to see its classes and functions"
             + ("; select a line of folded files to draw every file." if folded else ".")
         )
-    grid = drawn.grid
-    key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
-    with table:
-        event = _draw_grid(drawn, key=key)
     with chart:  # after the table, above it: a click on the heatmap is still answered first
         _heatmap(drawn_files.grid, edges, last)
     picked = grouping.selected(grid, event.selection)

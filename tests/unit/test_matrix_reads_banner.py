@@ -1,17 +1,19 @@
 """The Matrix page of a suite reads the banner's counts (`queries.overview`: at 2,000,000 outcomes a
-scan of every node id) after its grid, so that the browser draws the grid meanwhile; the banner
-says the same words, in the same place, as `data_banner` did; and a file with no outcomes, or one
-that cannot be read, still stops the page first."""
+scan of every node id) aside, on a connection of its own in a thread (`common.query_aside`), while
+its own reads tally the files, and writes them into the banner last; the banner says the same words,
+in the same place, as `data_banner` did; and a file with no outcomes, or one that cannot be read,
+still stops the page first."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from harness.storage import queries, store
+from harness.storage import attributed, queries, store
 from harness.storage.store import Store
 from tests.unit.test_dashboard_app import APP, run, suite_db
 
@@ -33,13 +35,13 @@ def _banner(path: Path) -> str:
 
 
 @pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every SQL statement the dashboard's store runs, in order."""
-    seen: list[str] = []
+def logged(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, str]]:
+    """Every SQL statement the dashboard's stores run, in order: (the thread's name, the store, the statement)."""
+    seen: list[tuple[str, int, str]] = []
     fetch = store.Store.fetch
 
     def logging(self: Store, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        seen.append(sql)
+        seen.append((threading.current_thread().name, id(self), sql))
         return fetch(self, sql, params)
 
     monkeypatch.setattr(store.Store, "fetch", logging)
@@ -54,13 +56,18 @@ def _open(path: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     return run(AppTest.from_file(APP, default_timeout=60))
 
 
-def test_the_banner_is_read_after_the_grid_and_says_what_it_said(
-    suite_db: Path, monkeypatch: pytest.MonkeyPatch, logged: list[str]
+def test_the_banner_is_read_aside_and_says_what_it_said(
+    suite_db: Path, monkeypatch: pytest.MonkeyPatch, logged: list[tuple[str, int, str]]
 ) -> None:
     at = _open(suite_db, monkeypatch)
-    overview = [i for i, sql in enumerate(logged) if OVERVIEW in sql]
-    grid = [i for i, sql in enumerate(logged) if GRID in sql]
-    assert overview and grid and max(grid) < min(overview), "the overview's scan runs after the grid's tallies"
+    overview = [(thread, held) for thread, held, sql in logged if OVERVIEW in sql]
+    grid = [(thread, held) for thread, held, sql in logged if GRID in sql]
+    aside = [held for thread, held in overview if thread == "query_aside harness.storage.queries.overview"]
+    assert len(aside) == 1 and grid, "the banner's scan runs once, in its own thread"
+    assert aside[0] not in {held for _, held in grid}  # on its own connection, not the page's held one
+    with Store(suite_db, read_only=True) as held:
+        computed = 0 if attributed.answers_current(held) else 1  # `edges_if_cheap` asks how many outcomes, uncached
+    assert len(overview) == 1 + computed  # the banner's `fill` found it cached
     assert at.caption[0].value == _banner(suite_db)  # the first line of the page, whole
     assert "…" not in at.caption[0].value
 
