@@ -29,7 +29,6 @@ analyses see each outcome the moment it is journaled, and a user's own
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
@@ -45,7 +44,7 @@ from harness.analysis.status import NOT_COLLECTED
 from harness.errors import StoreError
 from harness.storage import cached, queries, store_rows
 from harness.storage.store_file import DbFile, is_lock_error, store_error, within_memory
-from harness.storage.store_reading import open_snapshot
+from harness.storage.store_reading import done_with, open_snapshot, read_aside
 from harness.storage.store_schema import (
     CELL_COLUMNS,
     MIGRATIONS,
@@ -209,47 +208,19 @@ class Store:
             return [dict(zip(names, row)) for row in cur.fetchall()]
 
     def fetch_tuples(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
-        """Rows as tuples, in the order the query lists its columns, to be read once: for reads of
-        400,000 rows, where the caller builds its own dicts (`queries.outcome_rows`).
-
-        Read column by column (`fetchnumpy`, then each column's `tolist`): the same values and
-        types as `fetchall`, NULL as None, in half the time at 400,000 rows x 14 columns. The
-        tuples are made as the caller reads them, never held in a list: 0.6 s less at 1,000,000 rows."""
+        """Rows as tuples, in the order the query lists its columns, to be read once: for reads of 400,000 rows,
+        where the caller builds its own dicts (`queries.outcome_rows`). Read column by column (`fetchnumpy`, then
+        each column's `tolist`): the same values and types as `fetchall`, NULL as None, in half the time at 400,000
+        rows x 14 columns. The tuples are made as the caller reads them, never held in a list: 0.6 s less at 1,000,000 rows."""
         with self.reading() as con, within_memory(self.path):
             columns = con.execute(sql, list(params)).fetchnumpy()
             lists = [column.tolist() for column in columns.values()]
         return zip(*lists)
 
     def fetch_aside(self, sql: str, params: Sequence[Any] = ()) -> Future[list[tuple[Any, ...]]]:
-        """Rows as tuples, read on a connection of its own in a thread while the caller goes on: DuckDB
-        lets go of the GIL while it works, so a query the caller needs later costs no wall time where
-        the caller is busy in Python on one core of two (`render.page.read_site`: the heatmap's counts
-        of 2,000,000 outcomes, 0.3 s of Python). Read at once instead where this store holds a view
-        (`con`, `reading`: the rows must be of that view) or writes (its file may be open read-write in
-        this process, and a read-only connection cannot sit beside that one). The store's other reads wait
-        for it: ask for what else the caller needs first."""
-        found: Future[list[tuple[Any, ...]]] = Future()
-        # `_is_owned`: CPython's own test (threading.Condition's) of whether this thread holds the path's
-        # lock, through another Store of the file perhaps; a thread waiting for it there would wait forever
-        owned = getattr(self._lock, "_is_owned", None)
-        if not self.read_only or self._held() is not None or self._session is not None or owned is None or owned():
-            found.set_result(list(self.fetch_tuples(sql, params)))
-            return found
-
-        def read() -> None:
-            try:
-                with self._lock:  # this store's reads take turns with it, as with a writer of the file in this process
-                    con = open_snapshot(self._db)  # the journals laid over, as every read of this store
-                    try:
-                        with within_memory(self.path):
-                            found.set_result(con.execute(sql, list(params)).fetchall())
-                    finally:
-                        con.close()
-            except BaseException as exc:  # handed to the caller, raised where it asks for the rows
-                found.set_exception(exc)
-
-        threading.Thread(target=read, name="harness-fetch-aside", daemon=True).start()
-        return found
+        """`fetch_tuples` in a thread on a connection of its own (`store_reading.read_aside`); at once where it writes or holds a view."""
+        held = not self.read_only or self._held() is not None or self._session is not None  # its rows must be that view's
+        return (None if held else read_aside(self._db, self._lock, sql, params)) or done_with(list(self.fetch_tuples(sql, params)))
 
     def fetch_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 50_000) -> Iterator[list[tuple[Any, ...]]]:
         """Rows as tuples, `size` at a time, the connection held while they are read: an export of

@@ -8,12 +8,17 @@ own connection only: it sees each outcome the moment it is journaled, and never 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
 import duckdb
 
 from harness.errors import StoreError
 from harness.storage.history import lay_over
 from harness.storage.journal import journals, pending
-from harness.storage.store_file import DbFile, identity
+from harness.storage.store_file import DbFile, identity, within_memory
 from harness.storage.store_rows import Rows, insert_many
 from harness.storage.store_schema import CELL_COLUMNS, OUTCOME_COLUMNS, RELEASE_COLUMNS, RUN_COLUMNS, current_view, folded
 
@@ -105,3 +110,41 @@ def overlay(con: duckdb.DuckDBPyConnection, db: str) -> tuple[str, set[tuple[str
 
 
 _CELL, _NODE, _TEST = (OUTCOME_COLUMNS.index(c) for c in ("cell_id", "scenario", "test_id"))
+
+
+def read_aside(db: DbFile, lock: Any, sql: str, params: Sequence[Any] = ()) -> Future[list[tuple[Any, ...]]] | None:
+    """`sql`'s rows, read on a connection of its own (a snapshot: the journals laid over) in a thread
+    while the caller goes on in Python: DuckDB lets go of the GIL while it works, so a query the
+    caller needs later takes the core Python leaves idle. An error is raised where the rows are asked
+    for. None where this thread holds the file's `lock` (one per path and process, through another
+    Store of the file perhaps): a thread waiting for it would wait forever; read at once."""
+    # `_is_owned`: CPython's own test (threading.Condition's) of whether this thread holds an RLock
+    owned = getattr(lock, "_is_owned", None)
+    if owned is None or owned():
+        return None
+    found: Future[list[tuple[Any, ...]]] = Future()
+
+    def read() -> None:
+        try:
+            with lock:  # the store's reads take turns with it, as with a writer of the file in this process
+                con = open_snapshot(db)
+                try:
+                    with within_memory(db.path):
+                        found.set_result(con.execute(sql, list(params)).fetchall())
+                finally:
+                    con.close()
+        except BaseException as exc:  # handed to the caller
+            found.set_exception(exc)
+
+    threading.Thread(target=read, name="harness-read-aside", daemon=True).start()
+    return found
+
+
+_T = TypeVar("_T")
+
+
+def done_with(value: _T) -> Future[_T]:
+    """A future that already holds `value`: a read made at once, where it could not be made aside."""
+    found: Future[_T] = Future()
+    found.set_result(value)
+    return found
