@@ -27,6 +27,7 @@ from harness.analysis.status import NOT_COLLECTED, Status
 from harness.storage import clauses
 from harness.storage.clauses import Filters
 from harness.storage.resultsfile import SqlResultsFile
+from harness.storage.store_reading import done_with
 
 #: Every stored outcome row, the current state's and the history's (columns both have); not the
 #: history's marks of tests a run did not collect (`status.NOT_COLLECTED`), which are no outcome.
@@ -84,9 +85,7 @@ def heat_counts_aside(store: SqlResultsFile, *, by_file: bool) -> Future[list[tu
     sql = f"SELECT cell_id, {row} AS row, status, count(*) AS outcomes FROM outcomes GROUP BY ALL"
     aside = getattr(store, "fetch_aside", None)
     if aside is None:  # a results file without a thread of its own to read in: at once
-        done: Future[list[tuple[Any, ...]]] = Future()
-        done.set_result(list(store.fetch_tuples(sql)))
-        return done
+        return done_with(list(store.fetch_tuples(sql)))
     return cast("Future[list[tuple[Any, ...]]]", aside(sql))
 
 
