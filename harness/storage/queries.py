@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from harness.analysis.quiet import NO_QUIET, STAND_IN, Quiet
 from harness.analysis.rows import as_tests
@@ -27,7 +27,6 @@ from harness.analysis.status import NOT_COLLECTED, Status
 from harness.storage import clauses
 from harness.storage.clauses import Filters
 from harness.storage.resultsfile import SqlResultsFile
-from harness.storage.store_reading import done_with
 
 #: Every stored outcome row, the current state's and the history's (columns both have); not the
 #: history's marks of tests a run did not collect (`status.NOT_COLLECTED`), which are no outcome.
@@ -73,6 +72,17 @@ def loud_rows(store: SqlResultsFile, run_id: str | None = None) -> tuple[list[di
     mostly pass, Python reads the tests that say something: 255,000 rows of 2,000,000, not every one."""
     with store.reading():  # the quiet tests' temporary tables live on one connection
         return _outcome_rows(store, run_id, quiet_as_one=True)
+
+
+_T = TypeVar("_T")
+
+
+def done_with(value: _T) -> Future[_T]:
+    """A future that already holds `value`: a read made at once, where it could not be made aside
+    (here, not in `store_reading`: a runner's sweep imports this module, and has no DuckDB)."""
+    found: Future[_T] = Future()
+    found.set_result(value)
+    return found
 
 
 def heat_counts_aside(store: SqlResultsFile, *, by_file: bool) -> Future[list[tuple[Any, ...]]]:

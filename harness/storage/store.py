@@ -44,7 +44,7 @@ from harness.analysis.status import NOT_COLLECTED
 from harness.errors import StoreError
 from harness.storage import cached, queries, store_rows
 from harness.storage.store_file import DbFile, is_lock_error, store_error, within_memory
-from harness.storage.store_reading import done_with, open_snapshot, read_aside
+from harness.storage.store_reading import open_snapshot, read_aside
 from harness.storage.store_schema import (
     CELL_COLUMNS,
     MIGRATIONS,
@@ -220,7 +220,7 @@ class Store:
     def fetch_aside(self, sql: str, params: Sequence[Any] = ()) -> Future[list[tuple[Any, ...]]]:
         """`fetch_tuples` in a thread on a connection of its own (`store_reading.read_aside`); at once where it writes or holds a view."""
         held = not self.read_only or self._held() is not None or self._session is not None  # its rows must be that view's
-        return (None if held else read_aside(self._db, self._lock, sql, params)) or done_with(list(self.fetch_tuples(sql, params)))
+        return (None if held else read_aside(self._db, self._lock, sql, params)) or queries.done_with(list(self.fetch_tuples(sql, params)))
 
     def fetch_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 50_000) -> Iterator[list[tuple[Any, ...]]]:
         """Rows as tuples, `size` at a time, the connection held while they are read: an export of

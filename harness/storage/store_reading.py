@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 
@@ -137,14 +137,4 @@ def read_aside(db: DbFile, lock: Any, sql: str, params: Sequence[Any] = ()) -> F
             found.set_exception(exc)
 
     threading.Thread(target=read, name="harness-read-aside", daemon=True).start()
-    return found
-
-
-_T = TypeVar("_T")
-
-
-def done_with(value: _T) -> Future[_T]:
-    """A future that already holds `value`: a read made at once, where it could not be made aside."""
-    found: Future[_T] = Future()
-    found.set_result(value)
     return found
