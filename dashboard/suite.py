@@ -208,6 +208,167 @@ def file_options(files: Sequence[str], drawn: Sequence[str], chosen: str) -> lis
     return listed
 
 
+class _Asked(NamedTuple):
+    """What every level of the Matrix grid is asked with: the file's version and the page's filters."""
+
+    version: common.FileVersion
+    chosen: dict[str, list[str]]
+    search: str
+    failing: bool
+    by_gpu: bool
+
+    def grid(self, level: str, file: str = "", group: str = "") -> Drawn:
+        return _grid(self.version, level, self.chosen, self.search, self.failing, self.by_gpu, file, group)
+
+
+class _At(NamedTuple):
+    """Where the Matrix has been taken to: the grid it draws and its level, the file and class
+    chosen, the File box's files, the class box's options and the table's widget key."""
+
+    drawn: Drawn
+    level: str
+    file: str
+    group: str
+    names: list[str]
+    options: list[str]
+    key: str
+
+
+def _drawn_files(asked: _Asked, top: Drawn, edges: Sequence[tuple[heatmap.Edge, int]]) -> tuple[Drawn, dict[str, list[str]]]:
+    """The file level as drawn: past FOLD_PAST files, folded (`_fold`) unless *show every file* is on."""
+    if len(top.grid.frame) <= grouping.FOLD_PAST:
+        return top, {}
+    common.keep("m_every_file", False)
+    if st.session_state["m_every_file"]:
+        return top, {}
+    return _fold(*asked, top, edges)
+
+
+def _kept_choice(key: str, options: Sequence[str]) -> str:
+    """The File or class box's value as it stands, emptied when no longer among `options`."""
+    common.keep(key, "")
+    if st.session_state[key] not in options:
+        st.session_state[key] = ""
+    return str(st.session_state[key])
+
+
+def _where(asked: _Asked, top: Drawn, drawn_files: Drawn, folded: Mapping[str, list[str]]) -> _At:
+    """The level the choices as they stand lead to (their widgets are drawn later, with the same values)."""
+    common.keep("m_file", "")  # the value a page coming back had: the chosen file stays listed
+    names = file_options(list(top.grid.frame["name"]), list(drawn_files.grid.frame["name"]), st.session_state["m_file"])
+    file = _kept_choice("m_file", names)
+    groups, options = None, list[str]()
+    if file:
+        groups = asked.grid("group", file)
+        options = list(groups.grid.frame["name"])
+    group = _kept_choice("m_group", options) if file else ""
+    flat = bool(st.session_state.get("m_flat", False))
+    if group or flat:
+        drawn, level = asked.grid("test", file, group), "test"
+    elif groups is not None:
+        drawn, level = groups, "group"
+    else:
+        drawn, level = drawn_files, "file"
+    key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
+    return _At(drawn, level, file, group, names, options, key)
+
+
+def _headline(head: Any, top: Drawn, columns: Sequence[grouping.Column], search: str) -> None:
+    files = top.grid
+    totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
+    matched = f" matching `{search}`" if search else ""
+    share = grouping.failing_share(files.totals)
+    head.markdown(
+        f"**{top.matched:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
+        + (f"; {share}" if share else ""),
+        help="A test's repeats and runs in one cell count once, by their worst status.",
+    )
+
+
+def _fold_controls(fold_box: Any, files: grouping.Grid, drawn_files: Drawn, folded: Mapping[str, list[str]]) -> None:
+    """*show every file*, past FOLD_PAST files, and what the folded lines hold."""
+    if len(files.frame) <= grouping.FOLD_PAST:
+        return
+    fold_box.toggle(
+        f"show every file ({len(files.frame):,})",
+        key="m_every_file",
+        help=f"Past {grouping.FOLD_PAST} files the heatmap and the table draw the files that say the most and fold the "
+        "others into a line or two; this draws one row per file (seconds for the browser at 1,000 files).",
+    )
+    common.remember("m_every_file")
+    if folded:
+        shown_files = len(drawn_files.grid.frame) - len(folded)
+        fold_box.caption(
+            f"{shown_files:,} of {len(files.frame):,} file(s) drawn one row each: those whose outcome changes between cells "
+            "(or with a mark), then those that fail the same way everywhere, most failures first. "
+            + "; ".join(f"**{line.removeprefix('… ')}**" for line in folded)
+            + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
+            "colour is). The File box below lists the files drawn (*show every file* lists them all); the search finds any test."
+        )
+
+
+def _choosers(choose: Any, at: _At, every: int) -> None:
+    """The File box, the class box (a file chosen) and *list the tests*, with the values `_where` read."""
+    left, middle, right = choose.columns([3, 3, 1], vertical_alignment="bottom")
+    listed = None if len(at.names) == every else f"the {len(at.names)} file(s) drawn above; *show every file* lists all {every:,}"
+    left.selectbox("File", ["", *at.names], key="m_file", format_func=lambda f: f or f"every file ({every:,})", help=listed)
+    common.remember("m_file")
+    if at.file:
+        middle.selectbox(
+            "Class or function",
+            ["", *at.options],
+            key="m_group",
+            format_func=lambda g: grouping.short_name(g, at.file) if g else f"every class ({len(at.options)} groups)",
+        )
+        common.remember("m_group")
+    right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
+
+
+def _level_caption(said: Any, at: _At, search: str, folded: bool) -> None:
+    if at.level == "test":
+        shown = f"the first {LIMIT} of " if at.drawn.matched > LIMIT else ""
+        matched = f" matching `{search}`" if search else ""
+        within = f" in {at.group or at.file}" if at.group or at.file else ""
+        said.caption(f"{shown}{at.drawn.matched:,} test(s){matched}{within}; select a square to open that cell at that test.")
+    elif at.level == "group":
+        said.caption(f"{len(at.drawn.grid.frame)} class(es) and function(s) in {at.file}; select a row to list its tests.")
+    else:
+        tail = "; select a line of folded files to draw every file." if folded else "."
+        said.caption(f"One row per test file; select a row to see its classes and functions{tail}")
+
+
+def _follow(at: _At, selection: Any) -> None:
+    """A selected square or row: the next level down, every file for a folded line, or the cell at that test."""
+    grid = at.drawn.grid
+    picked = grouping.selected(grid, selection)
+    if not picked:
+        return
+    name, column = picked
+    if at.level == "file" and grouping.is_folded(name):
+        st.session_state[PENDING] = {"m_every_file": True}
+        st.session_state.pop(at.key, None)  # folded again later, the line is not still selected
+        st.rerun()
+    elif at.level == "file":
+        st.session_state[PENDING] = {"m_file": name, "m_group": ""}
+        st.rerun()
+    elif at.level == "group":
+        st.session_state[PENDING] = {"m_group": name}
+        st.rerun()
+    else:
+        row = grid.frame[grid.frame["name"] == name].iloc[0]
+        column = column or next((c for c in grid.columns if row[c.label] not in ("", "pass")), grid.columns[0])
+        common.open_cell(column.cell_id, name)
+
+
+def _unwaited(legend: Any, chart: Any, below: Any, columns: Sequence[grouping.Column]) -> None:
+    """What needs no tally nor edge, drawn in its places."""
+    style = "padding:1px 6px;border-radius:3px;margin-right:4px"
+    legend.markdown(" ".join(f"<span style='{logic.colour_of(s)};{style}'>{s}</span>" for s in logic.COLOURS), unsafe_allow_html=True)
+    chart.caption(_HEAT_CAPTION)  # the heatmap comes under it
+    with below:
+        _legend(columns)
+
+
 def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     """The Matrix page for a test suite: files, then a file's classes, then a class's tests, × cells.
 
@@ -223,138 +384,32 @@ def matrix(chosen: Mapping[str, list[str]], by_gpu: bool) -> None:
     if pending:
         st.session_state.update(pending)  # before the selectboxes exist: a widget's value may not change after
     search, failing = search_controls()
-    version, chosen = common.version(), dict(chosen)
-    columns = _columns(chosen, by_gpu)
+    asked = _Asked(common.version(), dict(chosen), search, failing, by_gpu)
+    columns = _columns(asked.chosen, by_gpu)
     head, legend, fold_box, axis, chart, below, choose, said, table = (st.container() for _ in range(9))
     early = bool(columns) and not search and not failing  # some file is drawn: the cells hold outcomes
-
-    def unwaited() -> None:
-        """What needs no tally nor edge, drawn in its places."""
-        style = "padding:1px 6px;border-radius:3px;margin-right:4px"
-        legend.markdown(" ".join(f"<span style='{logic.colour_of(s)};{style}'>{s}</span>" for s in logic.COLOURS), unsafe_allow_html=True)
-        chart.caption(_HEAT_CAPTION)  # the heatmap comes under it
-        with below:
-            _legend(columns)
-
     if early:
-        unwaited()
-    top = _grid(version, "file", chosen, search, failing, by_gpu)
-    files = top.grid
-    if files.empty:
+        _unwaited(legend, chart, below, columns)
+    top = asked.grid("file")
+    if top.grid.empty:
         head.info(f"No test matches `{search}`." if search else "No outcomes match these filters.")
         return
     edges = common.query(common.edges_if_cheap, by_file=True)  # read once a run: the fold and the heatmap both need them
-
-    # The table first, from the choices as they stand (their widgets are drawn below, after it, with the same values).
-    folds = len(files.frame) > grouping.FOLD_PAST
-    drawn_files, folded = top, dict[str, list[str]]()
-    if folds:
-        common.keep("m_every_file", False)
-        if not st.session_state["m_every_file"]:
-            drawn_files, folded = _fold(version, chosen, search, failing, by_gpu, top, edges)
-    every_name = list(files.frame["name"])
-    common.keep("m_file", "")
-    names = file_options(every_name, list(drawn_files.grid.frame["name"]), st.session_state["m_file"])
-    if st.session_state["m_file"] not in names:
-        st.session_state["m_file"] = ""
-    file = str(st.session_state["m_file"])
-    group, groups, options = "", None, list[str]()
-    if file:
-        groups = _grid(version, "group", chosen, search, failing, by_gpu, file)
-        options = list(groups.grid.frame["name"])
-        common.keep("m_group", "")
-        if st.session_state["m_group"] not in options:
-            st.session_state["m_group"] = ""
-        group = str(st.session_state["m_group"])
-    flat = bool(st.session_state.get("m_flat", False))
-    if group or flat:
-        drawn, level = _grid(version, "test", chosen, search, failing, by_gpu, file, group), "test"
-    elif file and groups is not None:
-        drawn, level = groups, "group"
-    else:
-        drawn, level = drawn_files, "file"
-    grid = drawn.grid
-    key = f"suite_grid:{level}:{file}:{group}:{flat}" + (":folded" if folded and level == "file" else "")
+    drawn_files, folded = _drawn_files(asked, top, edges)
+    at = _where(asked, top, drawn_files, folded)
     with table:
-        event = _draw_grid(drawn, key=key)
-
+        event = _draw_grid(at.drawn, key=at.key)
     if not early:
-        unwaited()
-    totals = "  ·  ".join(f"{s}: {n:,}" for s, n in sorted(files.totals.items(), key=lambda kv: grouping.WORD_ORDER.index(kv[0])))
-    matched = f" matching `{search}`" if search else ""
-    share = grouping.failing_share(files.totals)
-    head.markdown(
-        f"**{top.matched:,}** test(s){matched} in **{len(files.frame):,}** file(s) × **{len(columns)}** cell(s) — {totals} (tests × cells)"
-        + (f"; {share}" if share else ""),
-        help="A test's repeats and runs in one cell count once, by their worst status.",
-    )
-    if folds:
-        fold_box.toggle(
-            f"show every file ({len(files.frame):,})",
-            key="m_every_file",
-            help=f"Past {grouping.FOLD_PAST} files the heatmap and the table draw the files that say the most and fold the "
-            "others into a line or two; this draws one row per file (seconds for the browser at 1,000 files).",
-        )
-        common.remember("m_every_file")
-    if folded:
-        shown_files = len(drawn_files.grid.frame) - len(folded)
-        fold_box.caption(
-            f"{shown_files:,} of {len(files.frame):,} file(s) drawn one row each: those whose outcome changes between cells "
-            "(or with a mark), then those that fail the same way everywhere, most failures first. "
-            + "; ".join(f"**{line.removeprefix('… ')}**" for line in folded)
-            + ": one line each, its squares the sum of its files' counts (a skip or xfail beside passes is a pass here, as its "
-            "colour is). The File box below lists the files drawn (*show every file* lists them all); the search finds any test."
-        )
+        _unwaited(legend, chart, below, columns)
+    _headline(head, top, columns, search)
+    _fold_controls(fold_box, top.grid, drawn_files, folded)
     with axis:
         last = _edge_axis(columns, edges)
-    left, middle, right = choose.columns([3, 3, 1], vertical_alignment="bottom")
-    listed: str | None = f"the {len(names)} file(s) drawn above; *show every file* lists all {len(every_name):,}"
-    listed = None if len(names) == len(every_name) else listed
-    left.selectbox("File", ["", *names], key="m_file", format_func=lambda f: f or f"every file ({len(every_name):,})", help=listed)
-    common.remember("m_file")
-    if file:
-        middle.selectbox(
-            "Class or function",
-            ["", *options],
-            key="m_group",
-            format_func=lambda g: grouping.short_name(g, file) if g else f"every class ({len(options)} groups)",
-        )
-        common.remember("m_group")
-    right.toggle("list the tests", key="m_flat", help="one row per test (at most 500) instead of one per file or class")
-    if level == "test":
-        shown = f"the first {LIMIT} of " if drawn.matched > LIMIT else ""
-        said.caption(
-            f"{shown}{drawn.matched:,} test(s){matched}"
-            + (f" in {group or file}" if group or file else "")
-            + "; select a square to open that cell at that test."
-        )
-    elif level == "group":
-        said.caption(f"{len(grid.frame)} class(es) and function(s) in {file}; select a row to list its tests.")
-    else:
-        said.caption(
-            "One row per test file; select a row to see its classes and functions"
-            + ("; select a line of folded files to draw every file." if folded else ".")
-        )
+    _choosers(choose, at, len(top.grid.frame))
+    _level_caption(said, at, search, bool(folded))
     with chart:  # after the table, above it: a click on the heatmap is still answered first
         _heatmap(drawn_files.grid, edges, last)
-    picked = grouping.selected(grid, event.selection)
-    if not picked:
-        return
-    name, column = picked
-    if level == "file" and grouping.is_folded(name):
-        st.session_state[PENDING] = {"m_every_file": True}
-        st.session_state.pop(key, None)  # folded again later, the line is not still selected
-        st.rerun()
-    elif level == "file":
-        st.session_state[PENDING] = {"m_file": name, "m_group": ""}
-        st.rerun()
-    elif level == "group":
-        st.session_state[PENDING] = {"m_group": name}
-        st.rerun()
-    else:
-        row = grid.frame[grid.frame["name"] == name].iloc[0]
-        column = column or next((c for c in grid.columns if row[c.label] not in ("", "pass")), grid.columns[0])
-        common.open_cell(column.cell_id, name)
+    _follow(at, event.selection)
 
 
 # -- Failures ---------------------------------------------------------------------------------
